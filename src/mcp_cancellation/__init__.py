@@ -1,0 +1,72 @@
+"""Cross-request, cross-tenant-safe cancellation for MCP servers on Streamable HTTP.
+
+Wrap the MCP app in :class:`CancellationMiddleware`, poll :func:`cancelled` in long tools,
+and let clients cancel with ``notifications/cancelled`` from any request of their own
+scope, or by closing their stream.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .__about__ import __version__
+from .context import cancelled, current_token, raise_if_cancelled
+from .errors import (
+    REQUEST_CANCELLED,
+    CancellationError,
+    CancellationLimitReached,
+    ConfigurationError,
+    InvalidRequestId,
+    RequestCancelled,
+    StorageUnavailable,
+)
+from .reason import sanitize_reason
+from .registry import CancellationRegistry, CleanupResult, RequestContext
+from .scope import client_bucket, scope_kind, scope_of
+from .storage import MemoryStorage, Storage, StorageStats
+from .token import RequestToken
+
+if TYPE_CHECKING:
+    from .integrations.asgi import CancellationMiddleware
+    from .storage.redis import RedisStorage
+
+__all__ = [
+    "REQUEST_CANCELLED",
+    "CancellationError",
+    "CancellationLimitReached",
+    "CancellationMiddleware",
+    "CancellationRegistry",
+    "CleanupResult",
+    "ConfigurationError",
+    "InvalidRequestId",
+    "MemoryStorage",
+    "RedisStorage",
+    "RequestCancelled",
+    "RequestContext",
+    "RequestToken",
+    "Storage",
+    "StorageStats",
+    "StorageUnavailable",
+    "__version__",
+    "cancelled",
+    "client_bucket",
+    "current_token",
+    "raise_if_cancelled",
+    "sanitize_reason",
+    "scope_kind",
+    "scope_of",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Names whose modules need optional extras load on first use, so that
+    # ``import mcp_cancellation`` works with the core install alone.
+    if name == "RedisStorage":
+        from .storage.redis import RedisStorage
+
+        return RedisStorage
+    if name == "CancellationMiddleware":
+        from .integrations.asgi import CancellationMiddleware
+
+        return CancellationMiddleware
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

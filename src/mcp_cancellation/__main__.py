@@ -1,0 +1,53 @@
+"""The ``mcp-cancellation`` command: ``demo`` (a real MCP server) and ``simulate`` (traffic).
+
+Each subcommand lives in its own module, which registers its arguments through
+``add_parser(subparsers)`` and runs through ``run(args) -> int``; modules are imported only
+when listed here, so the core install does not need the ``mcp`` extra to print ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from .__about__ import __version__
+
+#: subcommand -> module (relative to this package) holding add_parser() and run().
+SUBCOMMANDS = {
+    "demo": ".demo",
+    "simulate": ".simulate",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mcp-cancellation",
+        description="Cross-request cancellation for MCP servers on Streamable HTTP.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name in SUBCOMMANDS.items():
+        try:
+            module = importlib.import_module(module_name, __package__)
+        except ImportError as exc:  # an optional extra is missing
+            sub = subparsers.add_parser(name, help=f"(unavailable: {exc})")
+            sub.set_defaults(_missing=str(exc))
+            continue
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    missing = getattr(args, "_missing", None)
+    if missing is not None:
+        parser.error(f"{args.command} needs the 'mcp' extra: pip install 'mcp-cancellation[mcp]' ({missing})")
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Reading limits from arguments or the environment (private)."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from .errors import ConfigurationError
+
+_DISABLED = frozenset({"none", "infinity", "inf", "unlimited", "off"})
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()
+
+
+def int_limit(name: str, value: int | None | _Unset, env: str, default: int | None) -> int | None:
+    """A positive int or ``None`` (disabled), from *value*, else ``$env``, else *default*."""
+    if isinstance(value, _Unset):
+        raw = os.environ.get(env)
+        if raw is None or not raw.strip():
+            return default
+        text = raw.strip().lower()
+        if text in _DISABLED:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise ConfigurationError(
+                f"{env}={raw!r}: expected a positive integer or 'none'"
+            ) from None
+        source = env
+    else:
+        source = name
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{source} must be a positive integer or None, not {value!r}")
+    return value
+
+
+def seconds(name: str, value: float | None | _Unset, env: str | None, default: float | None) -> float | None:
+    """A positive, finite number of seconds or ``None``, from *value*, ``$env`` or *default*."""
+    source = name
+    if isinstance(value, _Unset):
+        raw = os.environ.get(env) if env else None
+        if raw is None or not raw.strip():
+            return default
+        if raw.strip().lower() in _DISABLED:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigurationError(f"{env}={raw!r}: expected a number of seconds") from None
+        source = env or name
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"{source} must be a number of seconds or None, not {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"{source} must be positive and finite, not {value!r}")
+    return float(value)

@@ -1,0 +1,470 @@
+"""The cancellation registry: ids, scopes, quota, cap, owners and signals.
+
+:class:`CancellationRegistry` knows nothing of HTTP. It validates request ids, applies the
+per-scope quota (the only bound that rejects) and the global cap (which evicts), tracks which
+requests are in flight and who owns them, sweeps expired and orphaned rows, and reports each
+of these through :mod:`mcp_cancellation.signals`. Rows live in a
+:class:`~mcp_cancellation.storage.Storage`: :class:`~mcp_cancellation.MemoryStorage` by
+default, or a shared one such as :class:`~mcp_cancellation.RedisStorage`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import threading
+import time
+import uuid
+import weakref
+from types import TracebackType
+from typing import NamedTuple
+
+from . import signals
+from ._config import UNSET, _Unset, int_limit, seconds
+from ._ids import normalize_id
+from .context import _current
+from .errors import CancellationLimitReached, ConfigurationError, InvalidRequestId, StorageUnavailable
+from .reason import MAX_REASON_CHARS, sanitize_reason
+from .storage.base import Limits, Storage, StorageStats
+from .storage.memory import MemoryStorage
+from .token import RequestToken
+
+__all__ = ["CancellationRegistry", "CleanupResult", "RequestContext"]
+
+logger = logging.getLogger("mcp_cancellation")
+
+def _default_storage() -> Storage:
+    """``RedisStorage`` when ``MCP_CANCELLATION_REDIS_URL`` is set, else memory."""
+    url = os.environ.get("MCP_CANCELLATION_REDIS_URL", "").strip()
+    if url:
+        from .storage.redis import RedisStorage
+
+        return RedisStorage.from_url(url)
+    return MemoryStorage()
+
+
+class CleanupResult(NamedTuple):
+    """What one :meth:`CancellationRegistry.cleanup` pass removed."""
+
+    removed: int
+    in_flight_removed: int
+
+
+class _Owner:
+    """A request owner: an asyncio task or a thread, held weakly for liveness checks."""
+
+    __slots__ = ("id", "keys", "ref")
+
+    def __init__(self, owner_id: str, obj: object) -> None:
+        self.id = owner_id
+        self.ref = weakref.ref(obj)
+        self.keys: set[tuple[str, str]] = set()
+
+    def alive(self) -> bool:
+        obj = self.ref()
+        if obj is None:
+            return False
+        if isinstance(obj, asyncio.Future):
+            return not obj.done()
+        if isinstance(obj, threading.Thread):
+            return obj.is_alive()
+        return True
+
+
+def _current_owner_object() -> object:
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop: a plain thread
+        task = None
+    return task if task is not None else threading.current_thread()
+
+
+class CancellationRegistry:
+    """Records cancellations and in-flight requests, keyed by ``(scope, request_id)``.
+
+    Limits are keyword arguments; when one is not given it is read from the environment
+    (``MCP_CANCELLATION_MAX_ROWS``, ``MCP_CANCELLATION_MAX_ROWS_PER_SCOPE``,
+    ``MCP_CANCELLATION_TTL``, ``MCP_CANCELLATION_JANITOR_INTERVAL``), else the default.
+    ``None`` disables a limit; anything invalid raises
+    :class:`~mcp_cancellation.ConfigurationError` here, not at the first request.
+    """
+
+    def __init__(
+        self,
+        storage: Storage | None = None,
+        *,
+        max_rows: int | None | _Unset = UNSET,
+        max_rows_per_scope: int | None | _Unset = UNSET,
+        ttl: float | None | _Unset = UNSET,
+        janitor_interval: float | None | _Unset = UNSET,
+        max_reason_chars: int = MAX_REASON_CHARS,
+    ) -> None:
+        self._limits = Limits(
+            max_rows=int_limit("max_rows", max_rows, "MCP_CANCELLATION_MAX_ROWS", 10_000),
+            max_rows_per_scope=int_limit(
+                "max_rows_per_scope",
+                max_rows_per_scope,
+                "MCP_CANCELLATION_MAX_ROWS_PER_SCOPE",
+                256,
+            ),
+        )
+        self._ttl = seconds("ttl", ttl, "MCP_CANCELLATION_TTL", 300.0)
+        self._janitor_interval = seconds(
+            "janitor_interval", janitor_interval, "MCP_CANCELLATION_JANITOR_INTERVAL", 60.0
+        )
+        if isinstance(max_reason_chars, bool) or not isinstance(max_reason_chars, int):
+            raise ConfigurationError(f"max_reason_chars must be an int, not {max_reason_chars!r}")
+        self._max_reason_chars = max_reason_chars
+        self._storage: Storage = storage if storage is not None else _default_storage()
+        self.instance_id = uuid.uuid4().hex[:12]
+        self._storage.bind(self.instance_id)
+        self._owner_prefix = self.instance_id + ":"
+        self._counter = itertools.count(1)
+        self._lock = threading.Lock()
+        self._owners: dict[str, _Owner] = {}
+        self._owner_of: dict[int, _Owner] = {}  # id(task or thread) -> owner, for track()
+        self._janitor: asyncio.Task[None] | None = None
+
+    # -- configuration -----------------------------------------------------------------
+
+    @property
+    def storage(self) -> Storage:
+        return self._storage
+
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    @property
+    def max_rows(self) -> int | None:
+        return self._limits.max_rows
+
+    @property
+    def max_rows_per_scope(self) -> int | None:
+        return self._limits.max_rows_per_scope
+
+    @property
+    def ttl(self) -> float | None:
+        return self._ttl
+
+    @property
+    def janitor_interval(self) -> float | None:
+        return self._janitor_interval
+
+    def __repr__(self) -> str:
+        return (
+            f"<CancellationRegistry storage={self._storage.name} max_rows={self.max_rows} "
+            f"max_rows_per_scope={self.max_rows_per_scope} ttl={self._ttl}>"
+        )
+
+    # -- cancellations -----------------------------------------------------------------
+
+    def _key(self, request_id: object, scope: str) -> str:
+        try:
+            return normalize_id(request_id)
+        except InvalidRequestId:
+            if signals.cancellation_rejected.receivers:
+                signals.cancellation_rejected.send(
+                    self, scope=scope, request_id=None, reason="invalid_request_id"
+                )
+            raise
+
+    async def _add(
+        self,
+        request_id: object,
+        reason: object,
+        scope: str,
+        method: str | None,
+        require_in_flight: bool,
+    ) -> bool:
+        if request_id is None:
+            return False
+        key = self._key(request_id, scope)
+        text = sanitize_reason(reason, self._max_reason_chars)
+        result = await self._storage.add(
+            scope, key, text, limits=self._limits, require_in_flight=require_in_flight
+        )
+        for evicted_scope, count in result.evicted:
+            if signals.cancellation_evicted.receivers:
+                signals.cancellation_evicted.send(self, scope=evicted_scope, count=count)
+        if result.outcome == "quota":
+            if signals.cancellation_rejected.receivers:
+                signals.cancellation_rejected.send(
+                    self, scope=scope, request_id=key, reason="quota"
+                )
+            raise CancellationLimitReached(scope, self._limits.max_rows_per_scope or 0)
+        if result.outcome == "not_in_flight":
+            return False
+        if signals.request_cancelled.receivers:
+            signals.request_cancelled.send(
+                self, request_id=key, scope=scope, reason=text, method=method
+            )
+        return True
+
+    async def cancel(
+        self,
+        request_id: object,
+        reason: object = None,
+        scope: str = "global",
+        *,
+        method: str | None = None,
+    ) -> None:
+        """Record a cancellation of *request_id* in *scope*, in flight or not.
+
+        Raises :class:`~mcp_cancellation.InvalidRequestId` for a bad id (nothing is
+        written) and :class:`~mcp_cancellation.CancellationLimitReached` when *scope*
+        already holds ``max_rows_per_scope`` rows. ``None`` is a no-op. *method* is carried
+        to signal receivers (``"notifications/cancelled"`` when it came from one).
+        """
+        await self._add(request_id, reason, scope, method, require_in_flight=False)
+
+    async def cancel_in_flight(
+        self,
+        request_id: object,
+        reason: object = None,
+        scope: str = "global",
+        *,
+        method: str | None = None,
+    ) -> bool:
+        """Record a cancellation only if *request_id* is in flight in *scope*.
+
+        Returns whether it was recorded. This is what the middleware calls for a client's
+        ``notifications/cancelled``: unknown or finished ids are ignored, so a caller can
+        neither fill the table with ids that do not exist nor touch another scope.
+        """
+        return await self._add(request_id, reason, scope, method, require_in_flight=True)
+
+    async def is_cancelled(self, request_id: object, scope: str = "global") -> bool:
+        """Whether a cancellation row exists for *request_id* in *scope*."""
+        if request_id is None:
+            return False
+        present, _ = await self._storage.get(scope, self._key(request_id, scope))
+        return present
+
+    async def reason(self, request_id: object, scope: str = "global") -> str | None:
+        """The sanitised reason of a recorded cancellation, or ``None``."""
+        if request_id is None:
+            return None
+        _, text = await self._storage.get(scope, self._key(request_id, scope))
+        return text
+
+    async def clear(self, request_id: object, scope: str = "global") -> None:
+        """Remove the cancellation row of *request_id*; absent rows cost only a read."""
+        if request_id is None:
+            return
+        await self._storage.remove(scope, self._key(request_id, scope))
+
+    # -- in-flight requests ------------------------------------------------------------
+
+    def _new_owner(self, obj: object) -> _Owner:
+        owner = _Owner(self._owner_prefix + str(next(self._counter)), obj)
+        with self._lock:
+            self._owners[owner.id] = owner
+        return owner
+
+    def _drop_owner(self, owner: _Owner) -> None:
+        with self._lock:
+            self._owners.pop(owner.id, None)
+
+    def _owner_for_current(self) -> _Owner:
+        obj = _current_owner_object()
+        with self._lock:
+            owner = self._owner_of.get(id(obj))
+            if owner is not None and owner.ref() is obj:
+                return owner
+            # A stale entry (its task or thread is gone and its id was reused) stays in
+            # _owners so that cleanup sees it dead and sweeps its rows.
+            owner = _Owner(self._owner_prefix + str(next(self._counter)), obj)
+            self._owners[owner.id] = owner
+            self._owner_of[id(obj)] = owner
+            return owner
+
+    async def track(self, request_id: object, scope: str = "global") -> RequestToken:
+        """Mark *request_id* in flight in *scope*, owned by the current task (or thread).
+
+        Returns the request's token. Prefer :meth:`request`, which also untracks and clears.
+        """
+        if request_id is None:
+            return RequestToken("", scope)
+        key = self._key(request_id, scope)
+        owner = self._owner_for_current()
+        token = RequestToken(key, scope)
+        await self._storage.track(scope, key, owner.id, token)
+        with self._lock:
+            owner.keys.add((scope, key))
+        return token
+
+    async def untrack(self, request_id: object, scope: str = "global") -> None:
+        """Remove the current task's (or thread's) in-flight row for *request_id* only."""
+        if request_id is None:
+            return
+        key = self._key(request_id, scope)
+        obj = _current_owner_object()
+        with self._lock:
+            owner = self._owner_of.get(id(obj))
+            if owner is None or owner.ref() is not obj:
+                return
+        await self._storage.untrack(scope, key, owner.id)
+        with self._lock:
+            owner.keys.discard((scope, key))
+            if not owner.keys:
+                self._owners.pop(owner.id, None)
+                if self._owner_of.get(id(obj)) is owner:
+                    del self._owner_of[id(obj)]
+
+    async def in_flight(self, request_id: object, scope: str = "global") -> bool:
+        """Whether any owner has *request_id* in flight in *scope*."""
+        if request_id is None:
+            return False
+        return await self._storage.is_tracked(scope, self._key(request_id, scope))
+
+    def request(self, request_id: object, scope: str = "global") -> RequestContext:
+        """``async with registry.request(id, scope) as token``: track the request for the
+        block, make it the current request for :func:`~mcp_cancellation.cancelled`, then
+        untrack it and clear its cancellation whatever the outcome."""
+        return RequestContext(self, request_id, scope)
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def _dead_owners(self) -> list[_Owner]:
+        with self._lock:
+            return [owner for owner in self._owners.values() if not owner.alive()]
+
+    async def cleanup(self, ttl: float | None | _Unset = UNSET) -> CleanupResult:
+        """Remove cancellation rows older than *ttl* (default: the registry's) and the
+        in-flight rows of owners that finished or died without untracking."""
+        limit = self._ttl if isinstance(ttl, _Unset) else seconds("ttl", ttl, None, None)
+        started = time.perf_counter()
+        start_ns = time.time_ns()
+        dead = self._dead_owners()
+        removed, in_flight_removed = await self._storage.cleanup(limit, [o.id for o in dead])
+        with self._lock:
+            for owner in dead:
+                self._owners.pop(owner.id, None)
+            for key in [k for k, o in self._owner_of.items() if not o.alive()]:
+                del self._owner_of[key]
+        result = CleanupResult(removed, in_flight_removed)
+        if signals.cancellation_cleanup.receivers:
+            signals.cancellation_cleanup.send(
+                self,
+                removed=removed,
+                in_flight_removed=in_flight_removed,
+                duration=time.perf_counter() - started,
+                start_time_ns=start_ns,
+            )
+        return result
+
+    async def stats(self) -> StorageStats:
+        """Rows and in-flight rows per scope, read from the storage."""
+        return await self._storage.stats()
+
+    async def _janitor_loop(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.cleanup()
+            except StorageUnavailable as exc:
+                logger.warning("cancellation cleanup skipped: %s", exc)
+            except Exception:  # the janitor must outlive any single failure
+                logger.exception("cancellation cleanup failed")
+
+    def start_janitor(self) -> None:
+        """Run :meth:`cleanup` every ``janitor_interval`` seconds on the running loop.
+
+        Idempotent; does nothing when ``janitor_interval`` is ``None``.
+        """
+        if self._janitor_interval is None:
+            return
+        if self._janitor is not None and not self._janitor.done():
+            return
+        self._janitor = asyncio.get_running_loop().create_task(
+            self._janitor_loop(self._janitor_interval), name="mcp-cancellation-janitor"
+        )
+
+    @property
+    def janitor_running(self) -> bool:
+        return self._janitor is not None and not self._janitor.done()
+
+    async def stop_janitor(self) -> None:
+        """Stop the janitor and wait for it to finish."""
+        task, self._janitor = self._janitor, None
+        if task is None:
+            return
+        task.cancel()
+        # wait() never raises the janitor's CancelledError, but does propagate our own.
+        await asyncio.wait([task])
+
+    async def aclose(self) -> None:
+        """Stop the janitor and close the storage."""
+        await self.stop_janitor()
+        await self._storage.aclose()
+
+    async def __aenter__(self) -> CancellationRegistry:
+        self.start_janitor()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class RequestContext:
+    """The async context manager returned by :meth:`CancellationRegistry.request`."""
+
+    __slots__ = ("_key", "_owner", "_registry", "_reset", "_scope", "_token")
+
+    def __init__(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
+        self._registry = registry
+        self._scope = scope
+        # Validate eagerly so a bad id fails before the block runs, writing nothing.
+        self._key = None if request_id is None else registry._key(request_id, scope)
+        self._owner: _Owner | None = None
+        self._token = RequestToken(self._key or "", scope)
+        self._reset: object = None
+
+    async def __aenter__(self) -> RequestToken:
+        registry = self._registry
+        token = self._token
+        if self._key is not None:
+            owner = registry._new_owner(_current_owner_object())
+            try:
+                await registry._storage.track(self._scope, self._key, owner.id, token)
+            except StorageUnavailable as exc:
+                # The request runs anyway, uncancellable through the storage until it comes
+                # back; finish() below still runs, so a storage that registered the token
+                # locally before failing releases it.
+                logger.warning("tracking request without the storage: %s", exc)
+            except BaseException:
+                registry._drop_owner(owner)
+                raise
+            self._owner = owner
+        self._reset = _current.set(token)
+        return token
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _current.reset(self._reset)  # type: ignore[arg-type]
+        owner = self._owner
+        if owner is None or self._key is None:
+            return
+        self._owner = None
+        try:
+            # Storages complete finish() even if this task is cancelled meanwhile (the very
+            # case cancellation produces), so rows never wait for the janitor.
+            await self._registry._storage.finish(self._scope, self._key, owner.id)
+        except StorageUnavailable as exc:
+            # Never turn a finished request into an error: the rows expire with the TTL
+            # and the worker heartbeat instead.
+            logger.warning("could not release request rows: %s", exc)
+        finally:
+            self._registry._drop_owner(owner)

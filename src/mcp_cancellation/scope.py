@@ -1,0 +1,190 @@
+"""Caller scopes: whose cancellation namespace a request belongs to.
+
+A row in the registry is keyed ``(scope, request_id)``. JSON-RPC ids are client-chosen and
+collide across clients, so the scope is what stops one caller from cancelling, crowding
+out or probing another's requests. In order of preference:
+
+``session:<id>``
+    a session id that *server* code validated and put in the ASGI scope under
+    :data:`SESSION_KEY` (never a raw ``Mcp-Session-Id`` header, which any client can set);
+``principal:<id>``
+    an authenticated principal: a string under :data:`PRINCIPAL_KEY`, else the SDK's
+    authenticated user (``scope["user"]``, its access token's client id, issuer and subject);
+``ip:<bucket>``
+    the client address (see :func:`client_bucket`), taken from ``X-Forwarded-For`` or
+    ``Forwarded`` only when the direct peer is a trusted proxy;
+``global``
+    anything that is not an HTTP request (library callers, lifespan, tests).
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+__all__ = [
+    "PRINCIPAL_KEY",
+    "SCOPE_KINDS",
+    "SESSION_KEY",
+    "ScopeKind",
+    "client_bucket",
+    "principal_of",
+    "scope_kind",
+    "scope_of",
+]
+
+#: ASGI scope key under which server code puts a session id it has validated.
+SESSION_KEY = "mcp_cancellation.session_id"
+#: ASGI scope key under which server code may put an authenticated principal id.
+PRINCIPAL_KEY = "mcp_cancellation.principal"
+
+ScopeKind = Literal["session", "principal", "ip", "global", "other"]
+SCOPE_KINDS: tuple[ScopeKind, ...] = ("session", "principal", "ip", "global", "other")
+
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _parse_address(text: str) -> _Address | None:
+    text = text.strip().strip('"')
+    if text.startswith("["):  # "[2001:db8::1]:443" as in Forwarded
+        text = text[1 : text.find("]")] if "]" in text else ""
+    elif text.count(":") == 1:  # "192.0.2.1:8080"
+        text = text.split(":", 1)[0]
+    if "%" in text:  # zone index of a link-local address
+        text = text.split("%", 1)[0]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def client_bucket(address: str | None) -> str:
+    """Return the rate-limiting bucket of a client address.
+
+    An IPv4 address is itself; an IPv4-mapped IPv6 address is its IPv4 form; any other IPv6
+    address is its /64 (one subscriber usually holds a whole /64); anything unparsable is
+    ``"unknown"``.
+
+    >>> client_bucket("::ffff:192.0.2.7"), client_bucket("2001:db8:1:2:3:4:5:6")
+    ('192.0.2.7', '2001:db8:1:2::/64')
+    """
+    if not address:
+        return "unknown"
+    parsed = _parse_address(address)
+    if parsed is None:
+        return "unknown"
+    if isinstance(parsed, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((int(parsed) >> 64 << 64, 64)))
+    return str(parsed)
+
+
+@functools.lru_cache(maxsize=64)
+def _networks(trusted: tuple[str, ...]) -> tuple[_Network, ...]:
+    return tuple(ipaddress.ip_network(entry.strip(), strict=False) for entry in trusted)
+
+
+def _trusted(address: _Address | None, networks: tuple[_Network, ...]) -> bool:
+    return address is not None and any(address in network for network in networks)
+
+
+def _header_values(scope: Mapping[str, Any], name: bytes) -> list[str]:
+    values: list[str] = []
+    for key, value in scope.get("headers") or ():
+        if key.lower() == name:
+            values.append(value.decode("latin-1"))
+    return values
+
+
+def _forwarded_chain(scope: Mapping[str, Any]) -> list[str]:
+    """Client addresses named by proxies, nearest proxy's entry last."""
+    forwarded = _header_values(scope, b"forwarded")
+    if forwarded:
+        chain: list[str] = []
+        for element in ",".join(forwarded).split(","):
+            for pair in element.split(";"):
+                key, _, value = pair.strip().partition("=")
+                if key.lower() == "for":
+                    chain.append(value)
+        return chain
+    return [part for part in ",".join(_header_values(scope, b"x-forwarded-for")).split(",")]
+
+
+def client_address(
+    scope: Mapping[str, Any], trusted_proxies: Iterable[str] = ()
+) -> str | None:
+    """The client's address: the direct peer, or what trusted proxies say it is.
+
+    Proxy headers are read right to left, skipping trusted proxies, and the first address
+    that is not a trusted proxy is the client: entries left of it were written by the client
+    itself and prove nothing.
+    """
+    client = scope.get("client")
+    peer: str | None = client[0] if client else None
+    networks = _networks(tuple(trusted_proxies))
+    if not networks or not _trusted(_parse_address(peer) if peer else None, networks):
+        return peer
+    candidate = peer
+    for entry in reversed(_forwarded_chain(scope)):
+        candidate = entry.strip()
+        if not _trusted(_parse_address(candidate), networks):
+            return candidate
+    return candidate
+
+
+def principal_of(scope: Mapping[str, Any]) -> str | None:
+    """The authenticated principal of an ASGI scope, or ``None``.
+
+    Reads :data:`PRINCIPAL_KEY` if server code set it, else the SDK's authenticated user:
+    its access token's ``client_id``, with issuer and subject when the verifier supplied
+    them (a client id alone names an OAuth client, not the person using it).
+    """
+    explicit = scope.get(PRINCIPAL_KEY)
+    if isinstance(explicit, str) and explicit:
+        return explicit
+    user = scope.get("user")
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    token = getattr(user, "access_token", None)
+    client_id = getattr(token, "client_id", None)
+    if isinstance(client_id, str) and client_id:
+        subject = getattr(token, "subject", None)
+        claims = getattr(token, "claims", None)
+        issuer = claims.get("iss") if isinstance(claims, dict) else None
+        if subject is None and issuer is None:
+            return client_id
+        return f"{client_id}|{issuer or ''}|{subject or ''}"
+    username = getattr(user, "username", None)
+    if isinstance(username, str) and username:
+        return username
+    return None
+
+
+def scope_of(
+    scope: Mapping[str, Any] | None, *, trusted_proxies: Iterable[str] = ()
+) -> str:
+    """Return the cancellation scope of an ASGI scope (see the module docstring)."""
+    if scope is None or scope.get("type") not in ("http", "websocket"):
+        return "global"
+    session = scope.get(SESSION_KEY)
+    if isinstance(session, str) and session:
+        return f"session:{session}"
+    principal = principal_of(scope)
+    if principal is not None:
+        return f"principal:{principal}"
+    return f"ip:{client_bucket(client_address(scope, trusted_proxies))}"
+
+
+def scope_kind(scope: str) -> ScopeKind:
+    """The kind of a scope string: its prefix, ``global``, or ``other``."""
+    if scope == "global":
+        return "global"
+    prefix, sep, _ = scope.partition(":")
+    if sep and prefix in ("session", "principal", "ip"):
+        return prefix  # type: ignore[return-value]
+    return "other"

@@ -1,0 +1,139 @@
+"""The storage interface: where cancellation and in-flight rows live.
+
+A storage holds two tables and applies the registry's rules to them atomically:
+
+* cancellation rows ``(scope, key) -> (age, reason)``, bounded by a per-scope quota that
+  rejects and a global cap that evicts (:meth:`Storage.add`);
+* in-flight rows ``(scope, key, owner) -> token``, one per request owner, through which a
+  recorded cancellation flips the owner's :class:`~mcp_cancellation.RequestToken`.
+
+Request ids arrive here already validated and normalised to their row key (``str``). Every
+backend keeps the same semantics; the registry's test suite runs against each. Backends
+translate their own errors into :class:`~mcp_cancellation.StorageUnavailable` at this
+boundary.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ..token import RequestToken
+
+__all__ = ["AddOutcome", "AddResult", "Limits", "Storage", "StorageStats"]
+
+AddOutcome = Literal["recorded", "updated", "not_in_flight", "quota"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """The bounds a storage enforces on insert. ``None`` disables a bound."""
+
+    max_rows: int | None = 10_000
+    max_rows_per_scope: int | None = 256
+
+    @property
+    def eviction_batch(self) -> int:
+        """Rows evicted at once when the cap is reached: ``max(1, max_rows // 20)``."""
+        return max(1, (self.max_rows or 0) // 20)
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    """What :meth:`Storage.add` did.
+
+    ``evicted`` lists ``(scope, count)`` for each scope the cap evicted rows from,
+    in eviction order.
+    """
+
+    outcome: AddOutcome
+    evicted: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class StorageStats:
+    """Row counts per scope, as read at one moment (for gauges and operators)."""
+
+    rows: Mapping[str, int] = field(default_factory=dict)
+    in_flight: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.rows.values())
+
+    @property
+    def total_in_flight(self) -> int:
+        return sum(self.in_flight.values())
+
+
+class Storage(abc.ABC):
+    """Backend for :class:`~mcp_cancellation.CancellationRegistry`.
+
+    Implementations must be safe to call from several threads, each running its own
+    event loop, and must keep each method atomic with respect to the others.
+    """
+
+    #: Short name used in logs and benchmarks.
+    name: str = "storage"
+
+    def bind(self, instance_id: str) -> None:  # noqa: B027 - optional hook
+        """Called once by the registry with its unique instance id (owner ids start with
+        it). Storages shared between processes use it to name this worker."""
+
+    @abc.abstractmethod
+    async def add(
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        *,
+        limits: Limits,
+        require_in_flight: bool = False,
+    ) -> AddResult:
+        """Record a cancellation, atomically: with *require_in_flight*, only if some owner
+        tracks ``(scope, key)``; then the quota (existing rows are updated, never refused);
+        then the cap, evicting a full batch before inserting. Tokens of owners that track
+        ``(scope, key)`` are flipped, in this process and (for shared storages) in others."""
+
+    @abc.abstractmethod
+    async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
+        """``(present, reason)`` of a cancellation row."""
+
+    @abc.abstractmethod
+    async def remove(self, scope: str, key: str) -> bool:
+        """Delete a cancellation row, reading first so that an absent row costs no write."""
+
+    @abc.abstractmethod
+    async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
+        """Add the in-flight row of *owner*; flip *token* at once if a cancellation row for
+        ``(scope, key)`` already exists. Tracking again under the same owner replaces."""
+
+    @abc.abstractmethod
+    async def untrack(self, scope: str, key: str, owner: str) -> None:
+        """Remove *owner*'s in-flight row only; other owners of the same id keep theirs."""
+
+    async def finish(self, scope: str, key: str, owner: str) -> None:
+        """End a request: untrack *owner*, then remove the cancellation row. Backends may
+        do both in one round trip."""
+        await self.untrack(scope, key, owner)
+        await self.remove(scope, key)
+
+    @abc.abstractmethod
+    async def is_tracked(self, scope: str, key: str) -> bool:
+        """Whether any owner has ``(scope, key)`` in flight."""
+
+    @abc.abstractmethod
+    async def cleanup(self, ttl: float | None, dead_owners: Collection[str]) -> tuple[int, int]:
+        """Remove cancellation rows older than *ttl* seconds (none when ``None``) and the
+        in-flight rows of *dead_owners* (plus, for shared storages, those of workers whose
+        heartbeat expired). Returns ``(removed, in_flight_removed)``."""
+
+    @abc.abstractmethod
+    async def stats(self) -> StorageStats:
+        """Row counts per scope."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and background tasks."""

@@ -1,0 +1,227 @@
+"""In-process storage: the embedded default.
+
+All state sits behind one :class:`threading.Lock`, so the storage is safe from several
+threads each running its own event loop; no method ever awaits while holding it.
+
+Cancellation rows are kept per scope in insertion-ordered dicts (oldest first), with a
+running total, so that the quota check is O(1) and the cap's eviction touches only the
+rows it evicts plus one pass over the scopes' sizes, never a scan of every row.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
+
+from .base import AddResult, Limits, Storage, StorageStats
+
+if TYPE_CHECKING:
+    from ..token import RequestToken
+
+__all__ = ["MemoryStorage"]
+
+# A row is (created, reason); created is time.monotonic() when first recorded.
+_Row = tuple[float, str | None]
+
+
+class MemoryStorage(Storage):
+    """Rows in this process's memory: fast, and invisible to other workers."""
+
+    name = "memory"
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._rows: dict[str, dict[str, _Row]] = {}
+        self._total = 0
+        self._in_flight: dict[tuple[str, str], dict[str, RequestToken]] = {}
+
+    # -- cancellation rows -------------------------------------------------------------
+
+    def add_nowait(
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        *,
+        limits: Limits,
+        require_in_flight: bool = False,
+    ) -> AddResult:
+        """Synchronous :meth:`add` (the memory storage never waits)."""
+        with self._lock:
+            owners = self._in_flight.get((scope, key))
+            if require_in_flight and not owners:
+                return AddResult("not_in_flight")
+            rows = self._rows.get(scope)
+            if rows is not None and key in rows:
+                rows[key] = (rows[key][0], reason)
+                outcome: AddResult = AddResult("updated")
+            else:
+                quota = limits.max_rows_per_scope
+                if quota is not None and rows is not None and len(rows) >= quota:
+                    return AddResult("quota")
+                evicted: tuple[tuple[str, int], ...] = ()
+                if limits.max_rows is not None and self._total >= limits.max_rows:
+                    evicted = self._evict(limits.eviction_batch)
+                    rows = self._rows.get(scope)
+                if rows is None:
+                    rows = self._rows[scope] = {}
+                rows[key] = (self._clock(), reason)
+                self._total += 1
+                outcome = AddResult("recorded", evicted)
+            if owners:
+                for token in owners.values():
+                    token.set_cancelled(reason)
+            return outcome
+
+    async def add(
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        *,
+        limits: Limits,
+        require_in_flight: bool = False,
+    ) -> AddResult:
+        return self.add_nowait(
+            scope, key, reason, limits=limits, require_in_flight=require_in_flight
+        )
+
+    def _evict(self, batch: int) -> tuple[tuple[str, int], ...]:
+        """Evict *batch* rows (or all there are): largest scope first, oldest row first
+        within it, spilling into the next largest; equal sizes go oldest-row first, so when
+        every scope ties the batch is simply the oldest rows. Called under the lock."""
+        order = [(-len(rows), next(iter(rows.values()))[0], scope) for scope, rows in self._rows.items()]
+        heapq.heapify(order)
+        evicted: list[tuple[str, int]] = []
+        remaining = min(batch, self._total)
+        while remaining > 0 and order:
+            _, _, scope = heapq.heappop(order)
+            rows = self._rows[scope]
+            take = min(remaining, len(rows))
+            if take == len(rows):
+                del self._rows[scope]
+            else:
+                for key in list(_first(rows, take)):
+                    del rows[key]
+            evicted.append((scope, take))
+            remaining -= take
+            self._total -= take
+        return tuple(evicted)
+
+    async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
+        rows = self._rows.get(scope)
+        row = rows.get(key) if rows is not None else None
+        return (False, None) if row is None else (True, row[1])
+
+    def remove_nowait(self, scope: str, key: str) -> bool:
+        """Synchronous :meth:`remove`: a lock-free read, and the lock only to delete."""
+        rows = self._rows.get(scope)
+        if rows is None or key not in rows:
+            return False
+        with self._lock:
+            rows = self._rows.get(scope)
+            if rows is None or rows.pop(key, None) is None:
+                return False
+            self._total -= 1
+            if not rows:
+                del self._rows[scope]
+            return True
+
+    async def remove(self, scope: str, key: str) -> bool:
+        return self.remove_nowait(scope, key)
+
+    # -- in-flight rows ----------------------------------------------------------------
+
+    def track_nowait(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
+        """Synchronous :meth:`track`."""
+        with self._lock:
+            owners = self._in_flight.get((scope, key))
+            if owners is None:
+                self._in_flight[(scope, key)] = {owner: token}
+            else:
+                owners[owner] = token
+            rows = self._rows.get(scope)
+            if rows is not None and key in rows:
+                token.set_cancelled(rows[key][1])
+
+    async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
+        self.track_nowait(scope, key, owner, token)
+
+    def untrack_nowait(self, scope: str, key: str, owner: str) -> None:
+        """Synchronous :meth:`untrack`."""
+        with self._lock:
+            owners = self._in_flight.get((scope, key))
+            if owners is not None and owners.pop(owner, None) is not None and not owners:
+                del self._in_flight[(scope, key)]
+
+    async def untrack(self, scope: str, key: str, owner: str) -> None:
+        self.untrack_nowait(scope, key, owner)
+
+    async def finish(self, scope: str, key: str, owner: str) -> None:
+        self.untrack_nowait(scope, key, owner)
+        self.remove_nowait(scope, key)
+
+    async def is_tracked(self, scope: str, key: str) -> bool:
+        return bool(self._in_flight.get((scope, key)))
+
+    # -- maintenance -------------------------------------------------------------------
+
+    async def cleanup(self, ttl: float | None, dead_owners: Collection[str]) -> tuple[int, int]:
+        removed = in_flight_removed = 0
+        with self._lock:
+            if ttl is not None:
+                deadline = self._clock() - ttl
+                for scope in list(self._rows):
+                    rows = self._rows[scope]
+                    expired = [k for k, (created, _) in _while_older(rows, deadline)]
+                    for key in expired:
+                        del rows[key]
+                    if not rows:
+                        del self._rows[scope]
+                    removed += len(expired)
+                self._total -= removed
+            if dead_owners:
+                dead = set(dead_owners)
+                for pair in list(self._in_flight):
+                    owners = self._in_flight[pair]
+                    for owner in [o for o in owners if o in dead]:
+                        del owners[owner]
+                        in_flight_removed += 1
+                    if not owners:
+                        del self._in_flight[pair]
+        return removed, in_flight_removed
+
+    def stats_nowait(self) -> StorageStats:
+        """Synchronous :meth:`stats`, for scrape-time collectors."""
+        with self._lock:
+            rows = {scope: len(r) for scope, r in self._rows.items()}
+            in_flight: dict[str, int] = {}
+            for (scope, _), owners in self._in_flight.items():
+                in_flight[scope] = in_flight.get(scope, 0) + len(owners)
+        return StorageStats(rows=rows, in_flight=in_flight)
+
+    async def stats(self) -> StorageStats:
+        return self.stats_nowait()
+
+
+def _first(rows: dict[str, _Row], count: int) -> list[str]:
+    out: list[str] = []
+    for key in rows:
+        if len(out) == count:
+            break
+        out.append(key)
+    return out
+
+
+def _while_older(rows: dict[str, _Row], deadline: float) -> list[tuple[str, _Row]]:
+    # Rows are in insertion order and keep their first age, so the expired ones are a prefix.
+    out: list[tuple[str, _Row]] = []
+    for key, row in rows.items():
+        if row[0] >= deadline:
+            break
+        out.append((key, row))
+    return out

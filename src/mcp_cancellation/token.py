@@ -1,0 +1,50 @@
+"""The per-request cancellation token that tool code polls."""
+
+from __future__ import annotations
+
+from .errors import RequestCancelled
+
+__all__ = ["RequestToken"]
+
+
+class RequestToken:
+    """The cancellation state of one in-flight request.
+
+    :attr:`cancelled` is a plain synchronous read, safe from any thread: tools running in a
+    worker thread poll it without touching the event loop or the storage. The registry (or,
+    for a shared storage, its subscriber) flips the token when a cancellation for the
+    request is recorded anywhere.
+    """
+
+    __slots__ = ("_cancelled", "_reason", "request_id", "scope")
+
+    def __init__(self, request_id: str, scope: str) -> None:
+        self.request_id = request_id
+        self.scope = scope
+        self._cancelled = False
+        self._reason: str | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether a cancellation for this request has been recorded."""
+        return self._cancelled
+
+    @property
+    def reason(self) -> str | None:
+        """The sanitised reason given with the cancellation, if any."""
+        return self._reason
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`~mcp_cancellation.RequestCancelled` if the request was cancelled."""
+        if self._cancelled:
+            raise RequestCancelled(self._reason)
+
+    def set_cancelled(self, reason: str | None = None) -> None:
+        """Flip the token (used by storages; idempotent, keeps the first reason)."""
+        if not self._cancelled:
+            self._reason = reason
+            self._cancelled = True
+
+    def __repr__(self) -> str:
+        state = "cancelled" if self._cancelled else "active"
+        return f"<RequestToken {self.request_id!r} {state}>"

@@ -1,0 +1,75 @@
+"""Shared fixtures: the real redis-server and the storage backend matrix.
+
+Every registry semantic test takes ``make_registry`` (or ``registry``) and so runs once per
+backend in ``BACKENDS``: the in-memory storage and a real ``redis-server`` started once per
+session on a free loopback port. Redis tests get a fresh key prefix each, so they never see
+each other's rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from mcp_cancellation import CancellationRegistry, MemoryStorage, Storage
+
+from .support import RedisServer
+
+BACKENDS = ["memory", "redis"]
+
+MakeRegistry = Callable[..., CancellationRegistry]
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real redis-server for the session (tests that stop it start their own)."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def make_storage(backend: str, request: pytest.FixtureRequest) -> Callable[[], Storage]:
+    """Build a fresh storage of the current backend (a new key prefix each time on Redis)."""
+    if backend == "memory":
+        return MemoryStorage
+    server: RedisServer = request.getfixturevalue("redis_server")
+    from mcp_cancellation.storage.redis import RedisStorage
+
+    def make() -> Storage:
+        return RedisStorage.from_url(server.url, prefix=f"test-{uuid.uuid4().hex[:10]}")
+
+    return make
+
+
+@pytest.fixture
+async def make_registry(make_storage: Callable[[], Storage]) -> AsyncIterator[MakeRegistry]:
+    """Build registries on the current backend; all are closed after the test.
+
+    The janitor is off unless a test asks for it, so tests decide when cleanup runs.
+    """
+    made: list[CancellationRegistry] = []
+
+    def make(**kwargs: Any) -> CancellationRegistry:
+        kwargs.setdefault("janitor_interval", None)
+        registry = CancellationRegistry(make_storage(), **kwargs)
+        made.append(registry)
+        return registry
+
+    yield make
+    for registry in made:
+        await registry.aclose()
+
+
+@pytest.fixture
+def registry(make_registry: MakeRegistry) -> CancellationRegistry:
+    """A registry with default limits on the current backend."""
+    return make_registry()
