@@ -40,9 +40,9 @@ def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) ->
         time.sleep(interval)
 
 
-async def async_wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> None:
+async def async_wait_until(predicate: Any, within: float = 10.0, interval: float = 0.02) -> None:
     """Async :func:`wait_until`; *predicate* may be sync or return an awaitable."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while True:
         value = predicate()
         if asyncio.iscoroutine(value):
@@ -50,7 +50,7 @@ async def async_wait_until(predicate: Any, timeout: float = 10.0, interval: floa
         if value:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s: {predicate!r}")
+            raise AssertionError(f"condition not met within {within}s: {predicate!r}")
         await asyncio.sleep(interval)
 
 
@@ -87,12 +87,18 @@ class RedisServer:
         self.process = subprocess.Popen(
             [
                 self.binary,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--save", "",
-                "--appendonly", "no",
-                "--dir", self.dir,
-                "--protected-mode", "no",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+                "--protected-mode",
+                "no",
                 *self.args,
             ],
             stdout=subprocess.DEVNULL,

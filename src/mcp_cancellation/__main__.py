@@ -44,7 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     missing = getattr(args, "_missing", None)
     if missing is not None:
-        parser.error(f"{args.command} needs the 'mcp' extra: pip install 'mcp-cancellation[mcp]' ({missing})")
+        parser.error(
+            f"{args.command} needs the 'mcp' extra: pip install 'mcp-cancellation[mcp]' ({missing})"
+        )
     result: int = args.run(args)
     return result
 

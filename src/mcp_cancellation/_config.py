@@ -20,7 +20,7 @@ class _Unset:
 UNSET = _Unset()
 
 
-def int_limit(name: str, value: int | None | _Unset, env: str, default: int | None) -> int | None:
+def int_limit(name: str, value: int | _Unset | None, env: str, default: int | None) -> int | None:
     """A positive int or ``None`` (disabled), from *value*, else ``$env``, else *default*."""
     if isinstance(value, _Unset):
         raw = os.environ.get(env)
@@ -45,7 +45,9 @@ def int_limit(name: str, value: int | None | _Unset, env: str, default: int | No
     return value
 
 
-def seconds(name: str, value: float | None | _Unset, env: str | None, default: float | None) -> float | None:
+def seconds(
+    name: str, value: float | _Unset | None, env: str | None, default: float | None
+) -> float | None:
     """A positive, finite number of seconds or ``None``, from *value*, ``$env`` or *default*."""
     source = name
     if isinstance(value, _Unset):

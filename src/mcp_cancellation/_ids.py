@@ -36,6 +36,4 @@ def normalize_id(request_id: object) -> str:
         raise InvalidRequestId(f"integer request id has more than {MAX_ID_BYTES} digits")
     if isinstance(request_id, str):  # a str subclass: keep its plain text only
         return normalize_id(str.__str__(request_id))
-    raise InvalidRequestId(
-        f"request id must be an int or a str, not {type(request_id).__name__}"
-    )
+    raise InvalidRequestId(f"request id must be an int or a str, not {type(request_id).__name__}")

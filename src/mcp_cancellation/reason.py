@@ -14,7 +14,7 @@ MAX_REASON_CHARS = 200
 
 _STRIPPED: dict[int, None] = dict.fromkeys(
     [
-        *range(0x00, 0x20),  # C0 controls
+        *range(0x20),  # C0 controls
         0x7F,  # DEL
         *range(0x80, 0xA0),  # C1 controls
         0x061C,  # Arabic letter mark

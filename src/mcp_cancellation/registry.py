@@ -25,7 +25,12 @@ from . import signals
 from ._config import UNSET, _Unset, int_limit, seconds
 from ._ids import normalize_id
 from .context import _current
-from .errors import CancellationLimitReached, ConfigurationError, InvalidRequestId, StorageUnavailable
+from .errors import (
+    CancellationLimitReached,
+    ConfigurationError,
+    InvalidRequestId,
+    StorageUnavailable,
+)
 from .reason import MAX_REASON_CHARS, sanitize_reason
 from .storage.base import Limits, Storage, StorageStats
 from .storage.memory import MemoryStorage
@@ -34,6 +39,7 @@ from .token import RequestToken
 __all__ = ["CancellationRegistry", "CleanupResult", "RequestContext"]
 
 logger = logging.getLogger("mcp_cancellation")
+
 
 def _default_storage() -> Storage:
     """``RedisStorage`` when ``MCP_CANCELLATION_REDIS_URL`` is set, else memory."""
@@ -95,10 +101,10 @@ class CancellationRegistry:
         self,
         storage: Storage | None = None,
         *,
-        max_rows: int | None | _Unset = UNSET,
-        max_rows_per_scope: int | None | _Unset = UNSET,
-        ttl: float | None | _Unset = UNSET,
-        janitor_interval: float | None | _Unset = UNSET,
+        max_rows: int | _Unset | None = UNSET,
+        max_rows_per_scope: int | _Unset | None = UNSET,
+        ttl: float | _Unset | None = UNSET,
+        janitor_interval: float | _Unset | None = UNSET,
         max_reason_chars: int = MAX_REASON_CHARS,
     ) -> None:
         self._limits = Limits(
@@ -332,7 +338,7 @@ class CancellationRegistry:
         with self._lock:
             return [owner for owner in self._owners.values() if not owner.alive()]
 
-    async def cleanup(self, ttl: float | None | _Unset = UNSET) -> CleanupResult:
+    async def cleanup(self, ttl: float | _Unset | None = UNSET) -> CleanupResult:
         """Remove cancellation rows older than *ttl* (default: the registry's) and the
         in-flight rows of owners that finished or died without untracking."""
         limit = self._ttl if isinstance(ttl, _Unset) else seconds("ttl", ttl, None, None)

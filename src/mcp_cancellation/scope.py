@@ -112,12 +112,10 @@ def _forwarded_chain(scope: Mapping[str, Any]) -> list[str]:
                 if key.lower() == "for":
                     chain.append(value)
         return chain
-    return [part for part in ",".join(_header_values(scope, b"x-forwarded-for")).split(",")]
+    return ",".join(_header_values(scope, b"x-forwarded-for")).split(",")
 
 
-def client_address(
-    scope: Mapping[str, Any], trusted_proxies: Iterable[str] = ()
-) -> str | None:
+def client_address(scope: Mapping[str, Any], trusted_proxies: Iterable[str] = ()) -> str | None:
     """The client's address: the direct peer, or what trusted proxies say it is.
 
     Proxy headers are read right to left, skipping trusted proxies, and the first address
@@ -165,9 +163,7 @@ def principal_of(scope: Mapping[str, Any]) -> str | None:
     return None
 
 
-def scope_of(
-    scope: Mapping[str, Any] | None, *, trusted_proxies: Iterable[str] = ()
-) -> str:
+def scope_of(scope: Mapping[str, Any] | None, *, trusted_proxies: Iterable[str] = ()) -> str:
     """Return the cancellation scope of an ASGI scope (see the module docstring)."""
     if scope is None or scope.get("type") not in ("http", "websocket"):
         return "global"

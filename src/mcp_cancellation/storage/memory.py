@@ -94,7 +94,9 @@ class MemoryStorage(Storage):
         """Evict *batch* rows (or all there are): largest scope first, oldest row first
         within it, spilling into the next largest; equal sizes go oldest-row first, so when
         every scope ties the batch is simply the oldest rows. Called under the lock."""
-        order = [(-len(rows), next(iter(rows.values()))[0], scope) for scope, rows in self._rows.items()]
+        order = [
+            (-len(rows), next(iter(rows.values()))[0], scope) for scope, rows in self._rows.items()
+        ]
         heapq.heapify(order)
         evicted: list[tuple[str, int]] = []
         remaining = min(batch, self._total)
