@@ -1,0 +1,500 @@
+"""``mcp-cancellation simulate``: well-behaved and abusive cancellation traffic, on loopback.
+
+Drives a server running behind :class:`~mcp_cancellation.CancellationMiddleware` (normally
+``mcp-cancellation demo --trusted-proxy 127.0.0.1``) over raw MCP Streamable HTTP, so that
+its metrics, dashboards and alerts have something to show. Three populations run at once,
+each caller in its own scope through ``X-Forwarded-For`` (addresses from the documentation
+ranges of RFC 5737 and RFC 3849):
+
+* **clients** (``192.0.2.0/24``): each calls ``slow_count`` and, most of the time, cancels
+  its own call with ``notifications/cancelled`` sent on another POST from the same address,
+  as a real client whose user pressed "stop" would. Their ids start at 1, like every SDK
+  client's, so they collide with everyone else's ids, which is harmless across scopes.
+* **flood** (``198.51.100.0/24``, ``203.0.113.0/24`` and ``2001:db8::/32`` /64s): a stream of
+  ``notifications/cancelled`` for ids 1..1000 from many addresses, aimed at other callers'
+  requests. The middleware only records a cancellation for a request in flight in the
+  caller's own scope, so these are answered 202 and ignored: that is the defence working.
+  A small share carries an invalid id, which is rejected (``invalid_request_id``).
+* **hogs** (``192.0.2.200`` and up): each keeps more slow calls in flight in its one scope
+  than the per-scope quota allows and cancels them all in bursts, so its scope sits at the
+  quota and the surplus cancellations are rejected (``quota``, JSON-RPC -32000).
+
+Everything is bounded: the run stops after ``--duration`` seconds or ``--max-requests``
+HTTP requests, whichever comes first, and the URL must be a loopback address: this is a
+tool for your own test server, not for anyone else's.
+
+The server must trust the simulator as a proxy (``--trusted-proxy 127.0.0.1`` on the demo),
+otherwise every request lands in the single scope ``ip:127.0.0.1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import ipaddress
+import itertools
+import json
+import random
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import httpx
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "SimulationConfig",
+    "SimulationStats",
+    "add_parser",
+    "run",
+    "simulate",
+]
+
+#: The protocol version the simulator speaks: the newest one that still has client-to-server
+#: ``notifications/cancelled`` on HTTP (2026-07-28 cancels by closing the stream instead).
+PROTOCOL_VERSION = "2025-11-25"
+#: JSON-RPC error codes the simulator tells apart.
+REQUEST_CANCELLED = -32800
+QUOTA_REACHED = -32000
+INVALID_PARAMS = -32602
+
+_HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": PROTOCOL_VERSION,
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SimulationConfig:
+    """What to run, for how long. Defaults give a few hundred requests per second."""
+
+    url: str
+    duration: float = 30.0
+    max_requests: int = 200_000
+    clients: int = 4
+    call_seconds: float = 3.0
+    cancel_share: float = 0.8
+    flood_rate: float = 100.0
+    flood_addresses: int = 500
+    flood_max_id: int = 1000
+    flood_invalid_share: float = 0.02
+    hogs: int = 2
+    hog_calls: int = 24
+    hog_call_seconds: float = 30.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        _require_loopback(self.url)
+        if not 0 < self.duration <= 3600:
+            raise ValueError("duration must be in (0, 3600] seconds")
+        if self.max_requests < 1:
+            raise ValueError("max_requests must be at least 1")
+        for name in ("clients", "flood_addresses", "hogs", "hog_calls", "flood_max_id"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if not 0 <= self.cancel_share <= 1 or not 0 <= self.flood_invalid_share <= 1:
+            raise ValueError("shares must be between 0 and 1")
+        if self.flood_rate < 0 or self.call_seconds <= 0 or self.hog_call_seconds <= 0:
+            raise ValueError("rates and call durations must be positive")
+
+
+@dataclasses.dataclass
+class SimulationStats:
+    """What happened, counted by the simulator (the server's metrics count the same)."""
+
+    requests: int = 0
+    calls_started: int = 0
+    calls_completed: int = 0
+    calls_cancelled: int = 0
+    calls_failed: int = 0
+    cancels_sent: int = 0
+    cancels_accepted: int = 0
+    quota_rejected: int = 0
+    invalid_rejected: int = 0
+    flood_sent: int = 0
+    transport_errors: int = 0
+    http_errors: int = 0
+    elapsed: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+def _require_loopback(url: str) -> None:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    host = parts.hostname
+    if host == "localhost":
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ValueError(
+            f"refusing to send simulated attack traffic to a non-loopback host: {host}"
+        )
+
+
+def _address_pool(count: int) -> list[str]:
+    """*count* distinct flood addresses: IPv4 documentation ranges, then IPv6 /64s."""
+    pool: list[str] = []
+    for network in ("198.51.100.", "203.0.113."):
+        pool.extend(f"{network}{host}" for host in range(1, 255))
+    pool.extend(f"2001:db8:{n >> 16:x}:{n & 0xFFFF:x}::1" for n in range(max(0, count - 508)))
+    return pool[:count]
+
+
+class _Budget:
+    """Stops the run after the time limit or the request budget, whichever comes first."""
+
+    def __init__(self, config: SimulationConfig, stats: SimulationStats) -> None:
+        self.config = config
+        self.stats = stats
+        self.start = time.monotonic()
+        self.stop = asyncio.Event()
+
+    def take(self) -> bool:
+        """Count one HTTP request; false (and stop) when the run is over."""
+        if self.stop.is_set():
+            return False
+        if (
+            self.stats.requests >= self.config.max_requests
+            or time.monotonic() - self.start >= self.config.duration
+        ):
+            self.stop.set()
+            return False
+        self.stats.requests += 1
+        return True
+
+    async def sleep(self, seconds: float) -> bool:
+        """Sleep unless the run stops first; true when the run is still on."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), seconds)
+        return not self.stop.is_set()
+
+
+def _parse_messages(response: httpx.Response, body: bytes) -> list[dict[str, Any]]:
+    """JSON-RPC messages of a response: a JSON body, or the ``data:`` of SSE events."""
+    if not body:
+        return []
+    content_type = response.headers.get("content-type", "")
+    texts: list[str] = []
+    if content_type.startswith("text/event-stream"):
+        data: list[str] = []
+        for line in [*body.decode("utf-8", "replace").splitlines(), ""]:
+            if line.startswith("data:"):
+                data.append(line[5:].lstrip(" "))
+            elif not line and data:
+                texts.append("\n".join(data))
+                data = []
+    else:
+        texts.append(body.decode("utf-8", "replace"))
+    messages: list[dict[str, Any]] = []
+    for text in texts:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            messages.append(value)
+    return messages
+
+
+class _Simulation:
+    def __init__(self, config: SimulationConfig, client: httpx.AsyncClient) -> None:
+        self.config = config
+        self.client = client
+        self.stats = SimulationStats()
+        self.budget = _Budget(config, self.stats)
+        self.random = random.Random(config.seed)
+        self.url = config.url
+
+    async def _post(self, address: str, payload: object) -> tuple[int, list[dict[str, Any]]]:
+        """POST one JSON-RPC message as *address*; (HTTP status, messages), or (0, [])."""
+        headers = {**_HEADERS, "X-Forwarded-For": address}
+        try:
+            async with self.client.stream(
+                "POST", self.url, headers=headers, content=json.dumps(payload)
+            ) as response:
+                body = await response.aread()
+        except httpx.HTTPError:
+            self.stats.transport_errors += 1
+            return 0, []
+        if response.status_code >= 500:
+            self.stats.http_errors += 1
+        return response.status_code, _parse_messages(response, body)
+
+    async def call(self, address: str, request_id: int, seconds: float) -> None:
+        """Call ``slow_count`` and count how it ended."""
+        if not self.budget.take():
+            return
+        self.stats.calls_started += 1
+        payload = {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {"name": "slow_count", "arguments": {"seconds": seconds}},
+        }
+        _, messages = await self._post(address, payload)
+        answer = next((m for m in messages if m.get("id") == request_id), None)
+        if answer is None:
+            self.stats.calls_failed += 1
+        elif isinstance(answer.get("result"), dict) and not answer["result"].get("isError"):
+            self.stats.calls_completed += 1
+        elif _error_code(answer) == REQUEST_CANCELLED or _mentions_cancel(answer):
+            self.stats.calls_cancelled += 1
+        else:
+            self.stats.calls_failed += 1
+
+    async def cancel(self, address: str, request_id: object, *, flood: bool = False) -> None:
+        """Send ``notifications/cancelled`` for *request_id* as *address*."""
+        if not self.budget.take():
+            return
+        if flood:
+            self.stats.flood_sent += 1
+        else:
+            self.stats.cancels_sent += 1
+        payload = {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": request_id, "reason": "simulated: user pressed stop"},
+        }
+        status, messages = await self._post(address, payload)
+        codes = {_error_code(m) for m in messages}
+        if QUOTA_REACHED in codes:
+            self.stats.quota_rejected += 1
+        elif INVALID_PARAMS in codes:
+            self.stats.invalid_rejected += 1
+        elif status == 202:
+            self.stats.cancels_accepted += 1
+
+    async def well_behaved(self, index: int) -> None:
+        """Call a slow tool, usually cancel it from another POST of the same scope."""
+        address = f"192.0.2.{10 + index}"
+        for request_id in itertools.count(1):
+            call = asyncio.create_task(self.call(address, request_id, self.config.call_seconds))
+            wait = self.random.uniform(0.2, min(1.0, self.config.call_seconds * 0.8))
+            if not await self.budget.sleep(wait):
+                await _finish(call)
+                return
+            if self.random.random() < self.config.cancel_share:
+                await self.cancel(address, request_id)
+            await _finish(call, stop=self.budget.stop)
+            if not await self.budget.sleep(self.random.uniform(0.05, 0.3)):
+                return
+
+    async def hog(self, index: int) -> None:
+        """Keep more calls in flight than the quota allows and cancel them all in bursts."""
+        address = f"192.0.2.{200 + index}"
+        ids = itertools.count(1)
+        calls: dict[int, asyncio.Task[None]] = {}
+        try:
+            while not self.budget.stop.is_set():
+                for request_id, task in list(calls.items()):
+                    if task.done():
+                        del calls[request_id]
+                while len(calls) < self.config.hog_calls and not self.budget.stop.is_set():
+                    request_id = next(ids)
+                    calls[request_id] = asyncio.create_task(
+                        self.call(address, request_id, self.config.hog_call_seconds)
+                    )
+                if not await self.budget.sleep(0.25):  # let the new calls reach the server
+                    break
+                await asyncio.gather(*(self.cancel(address, i) for i in list(calls)))
+                if not await self.budget.sleep(0.25):
+                    break
+        finally:
+            for task in calls.values():
+                task.cancel()  # closing the stream cancels the call on the server too
+            await asyncio.gather(*calls.values(), return_exceptions=True)
+
+    async def flood(self) -> None:
+        """``notifications/cancelled`` for ids 1..N from many addresses, at a fixed rate."""
+        if self.config.flood_rate <= 0 or self.config.flood_addresses == 0:
+            return
+        pool = _address_pool(self.config.flood_addresses)
+        interval = 1.0 / self.config.flood_rate
+        limit = asyncio.Semaphore(32)
+        pending: set[asyncio.Task[None]] = set()
+        ids = itertools.cycle(range(1, self.config.flood_max_id + 1))
+
+        async def one(address: str, request_id: object) -> None:
+            async with limit:
+                await self.cancel(address, request_id, flood=True)
+
+        next_at = time.monotonic()
+        while not self.budget.stop.is_set():
+            request_id: object = next(ids)
+            if self.random.random() < self.config.flood_invalid_share:
+                request_id = self.random.choice([True, 1.5, "x" * 300, {"id": 1}])
+            task = asyncio.create_task(one(self.random.choice(pool), request_id))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay > 0 and not await self.budget.sleep(delay):
+                break
+            if delay <= -1.0:  # fell behind (server slower than the rate): do not burst
+                next_at = time.monotonic()
+            if len(pending) > 256:
+                await asyncio.sleep(0.01)
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def run(self, on_progress: Callable[[SimulationStats, float], None] | None) -> None:
+        tasks = [asyncio.create_task(self.well_behaved(i)) for i in range(self.config.clients)]
+        tasks += [asyncio.create_task(self.hog(i)) for i in range(self.config.hogs)]
+        tasks.append(asyncio.create_task(self.flood()))
+        try:
+            while not self.budget.stop.is_set():
+                elapsed = time.monotonic() - self.budget.start
+                self.stats.elapsed = elapsed
+                if on_progress is not None:
+                    on_progress(self.stats, min(1.0, elapsed / self.config.duration))
+                if elapsed >= self.config.duration:
+                    self.budget.stop.set()
+                    break
+                await self.budget.sleep(0.2)
+            await asyncio.wait_for(asyncio.gather(*tasks), timeout=15)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.stats.elapsed = time.monotonic() - self.budget.start
+            if on_progress is not None:
+                on_progress(self.stats, 1.0)
+
+
+def _error_code(message: dict[str, Any]) -> int | None:
+    error = message.get("error")
+    if isinstance(error, dict) and isinstance(error.get("code"), int):
+        code: int = error["code"]
+        return code
+    return None
+
+
+def _mentions_cancel(message: dict[str, Any]) -> bool:
+    """A tool result flagged as an error whose text says it was cancelled."""
+    result = message.get("result")
+    return isinstance(result, dict) and "cancel" in json.dumps(result).lower()
+
+
+async def _finish(task: asyncio.Task[None], stop: asyncio.Event | None = None) -> None:
+    """Await *task*, or cancel it (closing its stream) once the run stops."""
+    if stop is None:
+        task.cancel()
+    else:
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not task.done():
+            task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def simulate(
+    config: SimulationConfig,
+    *,
+    on_progress: Callable[[SimulationStats, float], None] | None = None,
+) -> SimulationStats:
+    """Run the simulation described by *config* and return what it counted."""
+    limits = httpx.Limits(max_connections=64 + config.clients * 2 + config.hogs * config.hog_calls)
+    timeout = httpx.Timeout(max(config.call_seconds, config.hog_call_seconds) + 15, connect=5)
+    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
+        simulation = _Simulation(config, client)
+        await simulation.run(on_progress)
+        return simulation.stats
+
+
+class _ProgressBar:
+    """A one-line progress bar on a terminal (redrawn in place), silent elsewhere."""
+
+    def __init__(self, stream: TextIO, width: int = 30) -> None:
+        self.stream = stream
+        self.width = width
+        self.enabled = stream.isatty()
+
+    def __call__(self, stats: SimulationStats, fraction: float) -> None:
+        if not self.enabled:
+            return
+        filled = int(self.width * fraction)
+        bar = "#" * filled + "-" * (self.width - filled)
+        line = (
+            f"\r[{bar}] {stats.elapsed:5.1f}s  calls {stats.calls_started}"
+            f"  cancelled {stats.calls_cancelled}  flood {stats.flood_sent}"
+            f"  quota-rejected {stats.quota_rejected}"
+        )
+        self.stream.write(line)
+        if fraction >= 1.0:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``simulate`` on the ``mcp-cancellation`` command."""
+    defaults = SimulationConfig(url="http://127.0.0.1:8000/mcp")
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "simulate",
+        help="send well-behaved and abusive cancellation traffic to a local server",
+        description=(
+            "Drive a local MCP server behind CancellationMiddleware (e.g. `mcp-cancellation "
+            "demo --trusted-proxy 127.0.0.1`) with well-behaved clients, a flood of "
+            "notifications/cancelled from many addresses (X-Forwarded-For) and scopes that "
+            "hog their quota. Loopback URLs only; bounded in time and requests."
+        ),
+    )
+    arg = parser.add_argument
+    arg("--url", required=True, help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
+    arg("--duration", type=float, default=defaults.duration, help="seconds (default %(default)s)")
+    arg("--max-requests", type=int, default=defaults.max_requests, help="HTTP request budget")
+    arg("--clients", type=int, default=defaults.clients, help="well-behaved clients")
+    arg("--call-seconds", type=float, default=defaults.call_seconds, help="slow_count length")
+    arg("--flood-rate", type=float, default=defaults.flood_rate, help="flood notifications/s")
+    arg("--flood-addresses", type=int, default=defaults.flood_addresses, help="flood sources")
+    arg("--hogs", type=int, default=defaults.hogs, help="scopes that sit at their quota")
+    arg("--hog-calls", type=int, default=defaults.hog_calls, help="calls each hog keeps open")
+    arg("--seed", type=int, default=None, help="random seed, for repeatable runs")
+    arg("--json", action="store_true", help="print the final counts as JSON on stdout")
+    arg("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the simulation from parsed arguments; 0 when the server answered throughout."""
+    try:
+        config = SimulationConfig(
+            url=args.url,
+            duration=args.duration,
+            max_requests=args.max_requests,
+            clients=args.clients,
+            call_seconds=args.call_seconds,
+            flood_rate=args.flood_rate,
+            flood_addresses=args.flood_addresses,
+            hogs=args.hogs,
+            hog_calls=args.hog_calls,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"mcp-cancellation simulate: {exc}", file=sys.stderr)
+        return 2
+    bar = _ProgressBar(sys.stderr)
+    if args.no_progress:
+        bar.enabled = False
+    stats = asyncio.run(simulate(config, on_progress=bar))
+    if args.json:
+        print(json.dumps(stats.as_dict(), sort_keys=True))
+    else:
+        width = max(len(name) for name in stats.as_dict())
+        for name, value in stats.as_dict().items():
+            shown = f"{value:.1f}" if isinstance(value, float) else str(value)
+            print(f"{name.replace('_', ' '):<{width}}  {shown}")
+    if stats.calls_started == 0 or stats.transport_errors > stats.requests // 10:
+        print("mcp-cancellation simulate: the server did not answer", file=sys.stderr)
+        return 1
+    return 0
