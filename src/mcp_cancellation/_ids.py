@@ -15,8 +15,14 @@ MAX_ID_BYTES = 256
 _MAX_INT_BITS = 851
 
 
+_INT_BOUND = 10**MAX_ID_BYTES  # ints strictly inside (-10**255, 10**256) fit 256 chars
+_NEG_BOUND = -(10 ** (MAX_ID_BYTES - 1))
+
+
 def normalize_id(request_id: object) -> str:
     """Return the row key for *request_id*, or raise :class:`InvalidRequestId`."""
+    if type(request_id) is int and _NEG_BOUND < request_id < _INT_BOUND:
+        return str(request_id)
     if type(request_id) is str:
         if len(request_id) <= MAX_ID_BYTES:  # every character is at least one byte
             if request_id.isascii():

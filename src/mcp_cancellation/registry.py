@@ -17,7 +17,7 @@ import os
 import threading
 import time
 import uuid
-import weakref
+from contextvars import Token
 from types import TracebackType
 from typing import NamedTuple
 
@@ -59,24 +59,36 @@ class CleanupResult(NamedTuple):
 
 
 class _Owner:
-    """A request owner: an asyncio task or a thread, held weakly for liveness checks."""
+    """A request owner: the asyncio task or thread that tracked a request.
 
-    __slots__ = ("id", "keys", "ref")
+    Held strongly, and only while the owner has rows in flight: a finished task or a dead
+    thread is then seen by :meth:`CancellationRegistry.cleanup`, which sweeps its rows.
+    """
 
-    def __init__(self, owner_id: str, obj: object) -> None:
-        self.id = owner_id
-        self.ref = weakref.ref(obj)
-        self.keys: set[tuple[str, str]] = set()
+    __slots__ = ("id", "obj")
+
+    id: str
+    obj: object
 
     def alive(self) -> bool:
-        obj = self.ref()
-        if obj is None:
-            return False
+        obj = self.obj
         if isinstance(obj, asyncio.Future):
             return not obj.done()
         if isinstance(obj, threading.Thread):
             return obj.is_alive()
         return True
+
+
+class _TrackOwner(_Owner):
+    """The owner behind :meth:`CancellationRegistry.track`: one per task or thread, kept
+    while it has rows in flight."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self, owner_id: str, obj: object) -> None:
+        self.id = owner_id
+        self.obj = obj
+        self.keys: set[tuple[str, str]] = set()
 
 
 def _current_owner_object() -> object:
@@ -129,8 +141,11 @@ class CancellationRegistry:
         self._owner_prefix = self.instance_id + ":"
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
+        # Every live owner by id, for cleanup's liveness sweep. Plain dict operations are
+        # atomic under the GIL, so the request() hot path sets and pops without the lock.
         self._owners: dict[str, _Owner] = {}
-        self._owner_of: dict[int, _Owner] = {}  # id(task or thread) -> owner, for track()
+        self._owner_of: dict[int, _TrackOwner] = {}  # id(task or thread) -> track() owner
+        self._memory = self._storage if type(self._storage) is MemoryStorage else None
         self._janitor: asyncio.Task[None] | None = None
 
     # -- configuration -----------------------------------------------------------------
@@ -189,9 +204,15 @@ class CancellationRegistry:
             return False
         key = self._key(request_id, scope)
         text = sanitize_reason(reason, self._max_reason_chars)
-        result = await self._storage.add(
-            scope, key, text, limits=self._limits, require_in_flight=require_in_flight
-        )
+        memory = self._memory
+        if memory is not None:  # never waits: skip a coroutine per call
+            result = memory.add_nowait(
+                scope, key, text, limits=self._limits, require_in_flight=require_in_flight
+            )
+        else:
+            result = await self._storage.add(
+                scope, key, text, limits=self._limits, require_in_flight=require_in_flight
+            )
         for evicted_scope, count in result.evicted:
             if signals.cancellation_evicted.receivers:
                 signals.cancellation_evicted.send(self, scope=evicted_scope, count=count)
@@ -264,25 +285,15 @@ class CancellationRegistry:
 
     # -- in-flight requests ------------------------------------------------------------
 
-    def _new_owner(self, obj: object) -> _Owner:
-        owner = _Owner(self._owner_prefix + str(next(self._counter)), obj)
-        with self._lock:
-            self._owners[owner.id] = owner
-        return owner
-
-    def _drop_owner(self, owner: _Owner) -> None:
-        with self._lock:
-            self._owners.pop(owner.id, None)
-
-    def _owner_for_current(self) -> _Owner:
+    def _owner_for_current(self) -> _TrackOwner:
         obj = _current_owner_object()
         with self._lock:
             owner = self._owner_of.get(id(obj))
-            if owner is not None and owner.ref() is obj:
+            if owner is not None and owner.obj is obj:
                 return owner
             # A stale entry (its task or thread is gone and its id was reused) stays in
             # _owners so that cleanup sees it dead and sweeps its rows.
-            owner = _Owner(self._owner_prefix + str(next(self._counter)), obj)
+            owner = _TrackOwner(self._owner_prefix + str(next(self._counter)), obj)
             self._owners[owner.id] = owner
             self._owner_of[id(obj)] = owner
             return owner
@@ -310,7 +321,7 @@ class CancellationRegistry:
         obj = _current_owner_object()
         with self._lock:
             owner = self._owner_of.get(id(obj))
-            if owner is None or owner.ref() is not obj:
+            if owner is None or owner.obj is not obj:
                 return
         await self._storage.untrack(scope, key, owner.id)
         with self._lock:
@@ -335,8 +346,7 @@ class CancellationRegistry:
     # -- maintenance -------------------------------------------------------------------
 
     def _dead_owners(self) -> list[_Owner]:
-        with self._lock:
-            return [owner for owner in self._owners.values() if not owner.alive()]
+        return [owner for owner in list(self._owners.values()) if not owner.alive()]
 
     async def cleanup(self, ttl: float | _Unset | None = UNSET) -> CleanupResult:
         """Remove cancellation rows older than *ttl* (default: the registry's) and the
@@ -420,36 +430,46 @@ class CancellationRegistry:
         await self.aclose()
 
 
-class RequestContext:
-    """The async context manager returned by :meth:`CancellationRegistry.request`."""
+class RequestContext(_Owner):
+    """The async context manager returned by :meth:`CancellationRegistry.request`.
 
-    __slots__ = ("_key", "_owner", "_registry", "_reset", "_scope", "_token")
+    It is its own owner record: one object per request on the hot path.
+    """
+
+    __slots__ = ("_key", "_registry", "_reset", "_scope", "_token", "_tracked")
 
     def __init__(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
         self._registry = registry
         self._scope = scope
         # Validate eagerly so a bad id fails before the block runs, writing nothing.
         self._key = None if request_id is None else registry._key(request_id, scope)
-        self._owner: _Owner | None = None
         self._token = RequestToken(self._key or "", scope)
-        self._reset: object = None
+        self._tracked = False
+        self._reset: Token[RequestToken | None] | None = None
 
     async def __aenter__(self) -> RequestToken:
         registry = self._registry
         token = self._token
-        if self._key is not None:
-            owner = registry._new_owner(_current_owner_object())
+        key = self._key
+        if key is not None:
+            self.id = owner_id = registry._owner_prefix + str(next(registry._counter))
+            self.obj = _current_owner_object()
+            registry._owners[owner_id] = self
+            memory = registry._memory
             try:
-                await registry._storage.track(self._scope, self._key, owner.id, token)
+                if memory is not None:
+                    memory.track_nowait(self._scope, key, owner_id, token)
+                else:
+                    await registry._storage.track(self._scope, key, owner_id, token)
             except StorageUnavailable as exc:
                 # The request runs anyway, uncancellable through the storage until it comes
                 # back; finish() below still runs, so a storage that registered the token
                 # locally before failing releases it.
                 logger.warning("tracking request without the storage: %s", exc)
             except BaseException:
-                registry._drop_owner(owner)
+                registry._owners.pop(owner_id, None)
                 raise
-            self._owner = owner
+            self._tracked = True
         self._reset = _current.set(token)
         return token
 
@@ -459,18 +479,25 @@ class RequestContext:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        _current.reset(self._reset)  # type: ignore[arg-type]
-        owner = self._owner
-        if owner is None or self._key is None:
+        if self._reset is not None:
+            _current.reset(self._reset)
+            self._reset = None
+        if not self._tracked or self._key is None:
             return
-        self._owner = None
+        self._tracked = False
+        registry = self._registry
+        memory = registry._memory
         try:
-            # Storages complete finish() even if this task is cancelled meanwhile (the very
-            # case cancellation produces), so rows never wait for the janitor.
-            await self._registry._storage.finish(self._scope, self._key, owner.id)
+            if memory is not None:
+                memory.finish_nowait(self._scope, self._key, self.id)
+            else:
+                # Storages complete finish() even if this task is cancelled meanwhile (the
+                # very case cancellation produces), so rows never wait for the janitor.
+                await registry._storage.finish(self._scope, self._key, self.id)
         except StorageUnavailable as exc:
             # Never turn a finished request into an error: the rows expire with the TTL
             # and the worker heartbeat instead.
             logger.warning("could not release request rows: %s", exc)
         finally:
-            self._registry._drop_owner(owner)
+            registry._owners.pop(self.id, None)
+            self.obj = None

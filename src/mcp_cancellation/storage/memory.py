@@ -13,7 +13,9 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection
+from itertools import islice
 from typing import TYPE_CHECKING
 
 from .base import AddResult, Limits, Storage, StorageStats
@@ -26,6 +28,12 @@ __all__ = ["MemoryStorage"]
 # A row is (created, reason); created is time.monotonic() when first recorded.
 _Row = tuple[float, str | None]
 
+# Results without evictions are shared: the hot path allocates nothing for them.
+_RECORDED = AddResult("recorded")
+_UPDATED = AddResult("updated")
+_QUOTA = AddResult("quota")
+_NOT_IN_FLIGHT = AddResult("not_in_flight")
+
 
 class MemoryStorage(Storage):
     """Rows in this process's memory: fast, and invisible to other workers."""
@@ -35,7 +43,9 @@ class MemoryStorage(Storage):
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._rows: dict[str, dict[str, _Row]] = {}
+        # OrderedDict, not dict: evicting from the front of a plain dict leaves holes that
+        # make every later "first row" lookup O(rows deleted); OrderedDict's is O(1).
+        self._rows: dict[str, OrderedDict[str, _Row]] = {}
         self._total = 0
         self._in_flight: dict[tuple[str, str], dict[str, RequestToken]] = {}
 
@@ -54,24 +64,24 @@ class MemoryStorage(Storage):
         with self._lock:
             owners = self._in_flight.get((scope, key))
             if require_in_flight and not owners:
-                return AddResult("not_in_flight")
+                return _NOT_IN_FLIGHT
             rows = self._rows.get(scope)
             if rows is not None and key in rows:
                 rows[key] = (rows[key][0], reason)
-                outcome: AddResult = AddResult("updated")
+                outcome = _UPDATED
             else:
                 quota = limits.max_rows_per_scope
                 if quota is not None and rows is not None and len(rows) >= quota:
-                    return AddResult("quota")
+                    return _QUOTA
                 evicted: tuple[tuple[str, int], ...] = ()
                 if limits.max_rows is not None and self._total >= limits.max_rows:
                     evicted = self._evict(limits.eviction_batch)
                     rows = self._rows.get(scope)
                 if rows is None:
-                    rows = self._rows[scope] = {}
+                    rows = self._rows[scope] = OrderedDict()
                 rows[key] = (self._clock(), reason)
                 self._total += 1
-                outcome = AddResult("recorded", evicted)
+                outcome = AddResult("recorded", evicted) if evicted else _RECORDED
             if owners:
                 for token in owners.values():
                     token.set_cancelled(reason)
@@ -107,7 +117,7 @@ class MemoryStorage(Storage):
             if take == len(rows):
                 del self._rows[scope]
             else:
-                for key in list(_first(rows, take)):
+                for key in list(islice(rows, take)):
                     del rows[key]
             evicted.append((scope, take))
             remaining -= take
@@ -163,9 +173,22 @@ class MemoryStorage(Storage):
     async def untrack(self, scope: str, key: str, owner: str) -> None:
         self.untrack_nowait(scope, key, owner)
 
+    def finish_nowait(self, scope: str, key: str, owner: str) -> None:
+        """Synchronous :meth:`finish`: untrack and clear under one acquisition of the lock
+        (which untracking needs anyway); the clear itself is a read when nothing was
+        cancelled."""
+        with self._lock:
+            owners = self._in_flight.get((scope, key))
+            if owners is not None and owners.pop(owner, None) is not None and not owners:
+                del self._in_flight[(scope, key)]
+            rows = self._rows.get(scope)
+            if rows is not None and rows.pop(key, None) is not None:
+                self._total -= 1
+                if not rows:
+                    del self._rows[scope]
+
     async def finish(self, scope: str, key: str, owner: str) -> None:
-        self.untrack_nowait(scope, key, owner)
-        self.remove_nowait(scope, key)
+        self.finish_nowait(scope, key, owner)
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         return bool(self._in_flight.get((scope, key)))
@@ -179,12 +202,13 @@ class MemoryStorage(Storage):
                 deadline = self._clock() - ttl
                 for scope in list(self._rows):
                     rows = self._rows[scope]
-                    expired = [k for k, (created, _) in _while_older(rows, deadline)]
-                    for key in expired:
-                        del rows[key]
+                    # Rows keep their first age and insertion order: the expired ones are
+                    # a prefix, so the sweep stops at the first live row of each scope.
+                    while rows and next(iter(rows.values()))[0] < deadline:
+                        rows.popitem(last=False)
+                        removed += 1
                     if not rows:
                         del self._rows[scope]
-                    removed += len(expired)
                 self._total -= removed
             if dead_owners:
                 dead = set(dead_owners)
@@ -208,22 +232,3 @@ class MemoryStorage(Storage):
 
     async def stats(self) -> StorageStats:
         return self.stats_nowait()
-
-
-def _first(rows: dict[str, _Row], count: int) -> list[str]:
-    out: list[str] = []
-    for key in rows:
-        if len(out) == count:
-            break
-        out.append(key)
-    return out
-
-
-def _while_older(rows: dict[str, _Row], deadline: float) -> list[tuple[str, _Row]]:
-    # Rows are in insertion order and keep their first age, so the expired ones are a prefix.
-    out: list[tuple[str, _Row]] = []
-    for key, row in rows.items():
-        if row[0] >= deadline:
-            break
-        out.append((key, row))
-    return out

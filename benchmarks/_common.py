@@ -1,0 +1,52 @@
+"""Helpers shared by the benchmark scripts: repeat, take the best, print a ratio line.
+
+Machines here are shared and noisy, so every figure is the best of several rounds and is
+printed beside a baseline measured in the same run; the ratio is the number to read.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+__all__ = ["best_of", "check", "quiet_gc", "report"]
+
+
+@contextmanager
+def quiet_gc() -> Iterator[None]:
+    """Collect once, then keep the cyclic GC out of the timed region."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def best_of(rounds: int, run: Callable[[], float]) -> float:
+    """The smallest of *rounds* measurements (seconds per operation)."""
+    return min(run() for _ in range(rounds))
+
+
+def report(name: str, value: float, baseline: float, unit: str = "us", scale: float = 1e6) -> float:
+    """Print ``name: value vs baseline (ratio)`` and return the ratio value/baseline."""
+    ratio = value / baseline if baseline else float("inf")
+    print(
+        f"  {name:<52} {value * scale:10.3f} {unit}  baseline {baseline * scale:10.3f} {unit}"
+        f"  ratio {ratio:6.2f}x"
+    )
+    return ratio
+
+
+def check(label: str, ok: bool) -> bool:
+    """Print whether a target was met; benchmarks report, they do not fail."""
+    print(f"  target {'met' if ok else 'MISSED'}: {label}")
+    return ok
+
+
+def now() -> float:
+    return time.perf_counter()
