@@ -26,6 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import contextlib
+
 from _common import best_of, check, quiet_gc, report
 
 from mcp_cancellation import CancellationLimitReached, CancellationRegistry
@@ -122,10 +124,8 @@ async def _fill_and_time(cancel: object, scopes: int, inserts: int) -> tuple[flo
     names = [f"ip:10.0.{i // 256}.{i % 256}" for i in range(scopes)]
     for _ in range(256 + 40):
         for scope in names:
-            try:
+            with contextlib.suppress(CancellationLimitReached):
                 await cancel(next(ids), None, scope)
-            except CancellationLimitReached:
-                pass
     timings: list[float] = []
     rejected = 0
     perf = time.perf_counter
