@@ -1,0 +1,152 @@
+"""JSON-RPC plumbing for the ASGI middleware (private).
+
+Classifies a POST body without validating it the way the SDK does (that stays the SDK's
+job), and writes the few JSON-RPC answers the middleware gives itself.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+__all__ = [
+    "CANCELLED_METHOD",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "QUOTA_ERROR",
+    "Message",
+    "classify",
+    "params_missing",
+    "header",
+    "is_handshake_version",
+    "send_accepted",
+    "send_error",
+]
+
+Scope = MutableMapping[str, Any]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+CANCELLED_METHOD: Final = "notifications/cancelled"
+INVALID_REQUEST: Final = -32600
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+#: Server-defined error: the caller's scope holds ``max_rows_per_scope`` cancellations.
+QUOTA_ERROR: Final = -32000
+
+
+def _handshake_versions() -> frozenset[str]:
+    """The SDK's own list, so that a new handshake revision is picked up with it."""
+    try:
+        from mcp_types import version
+    except ImportError:  # pragma: no cover - the middleware itself does not need the SDK
+        return frozenset(("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"))
+    return frozenset(version.HANDSHAKE_PROTOCOL_VERSIONS)
+
+
+HANDSHAKE_PROTOCOL_VERSIONS: Final[frozenset[str]] = _handshake_versions()
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """What the middleware needs to know about one POST body.
+
+    ``kind`` is ``"request"`` (a method call with an id, other than ``initialize``),
+    ``"cancel"`` (a ``notifications/cancelled``), or ``"other"`` (anything else: passed
+    through untouched, including everything the SDK will reject).
+    """
+
+    kind: Literal["request", "cancel", "other"]
+    request_id: object = None
+    params: object = None
+    method: str | None = None
+
+
+_OTHER: Final = Message("other")
+
+
+def classify(body: bytes) -> Message:
+    """Classify a POST body; never raises."""
+    if not body or body.lstrip()[:1] != b"{":  # not an object: a batch, garbage, empty
+        return _OTHER
+    try:
+        decoded = json.loads(body)
+    except (ValueError, RecursionError):  # bad JSON, huge int literals, deep nesting
+        return _OTHER
+    if not isinstance(decoded, dict):
+        return _OTHER
+    method = decoded.get("method")
+    if not isinstance(method, str):
+        return _OTHER  # a response, or a malformed envelope
+    if "id" in decoded:
+        if method == "initialize":
+            return _OTHER
+        return Message("request", decoded["id"], None, method)
+    if method == CANCELLED_METHOD:
+        return Message("cancel", None, decoded.get("params", _MISSING), method)
+    return _OTHER
+
+
+#: Marks an absent ``params`` member (distinct from ``"params": null``).
+_MISSING: Final = object()
+
+
+def params_missing(params: object) -> bool:
+    return params is _MISSING
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first value of header *name* (lower-case bytes), or ``None``."""
+    for key, value in scope.get("headers") or ():
+        if key == name:
+            text: str = value.decode("latin-1")
+            return text
+    return None
+
+
+def is_handshake_version(version: str | None) -> bool:
+    """Whether a ``MCP-Protocol-Version`` header selects the handshake-era transport
+    (absent means the spec's default, a handshake version)."""
+    return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+async def send_error(
+    send: Send,
+    status: int,
+    code: int,
+    message: str,
+    *,
+    request_id: object = None,
+    extra_headers: Iterable[tuple[bytes, bytes]] = (),
+) -> None:
+    """Answer with a JSON-RPC error object (``id: null`` unless given)."""
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}},
+        separators=(",", ":"),
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *extra_headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def send_accepted(send: Send) -> None:
+    """Answer ``202 Accepted`` with an empty body, as the SDK does for notifications."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 202,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"0")],
+        }
+    )
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -1,0 +1,403 @@
+"""``CancellationMiddleware``: cross-request cancellation in front of any MCP ASGI app.
+
+Pure ASGI, placed around the SDK's ``streamable_http_app()`` or FastMCP's ``http_app()``.
+For each POST on the MCP path it reads the body (up to ``max_body_bytes``), re-injects it
+byte for byte for the inner app, and:
+
+* tracks every JSON-RPC request with an id (``initialize`` aside) under the caller's scope
+  for as long as the inner app serves it, so that :func:`~mcp_cancellation.cancelled` and
+  :func:`~mcp_cancellation.raise_if_cancelled` work in tool code, and untracks and clears it
+  whatever the outcome;
+* answers ``notifications/cancelled`` (handshake protocol versions, up to 2025-11-25) by
+  recording a cancellation for the id only if it is in flight in the caller's own scope;
+* treats a client disconnect (``http.disconnect`` before the response ended, or a failing
+  ``send``) as the cancellation of that request, for every protocol version and both
+  response modes, and cancels the inner app's work if it has not ended
+  ``stream_cancel_timeout`` seconds later;
+* passes everything else through untouched, and never buffers a response.
+
+The caller's scope is :func:`~mcp_cancellation.scope_of` of the ASGI scope, after an
+optional ``session_resolver`` put a server-validated session id in it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any
+
+import anyio
+
+from ..errors import (
+    CancellationLimitReached,
+    ConfigurationError,
+    InvalidRequestId,
+    StorageUnavailable,
+)
+from ..registry import CancellationRegistry
+from ..scope import SESSION_KEY, scope_of
+from ..token import RequestToken
+from . import _jsonrpc
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "CancellationMiddleware", "DISCONNECT_REASON"]
+
+logger = logging.getLogger("mcp_cancellation.asgi")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Same default as the SDK's ``max_request_body_size`` (4 MiB).
+DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+#: Reason recorded when the client goes away mid-request.
+DISCONNECT_REASON = "client disconnected"
+
+_QUOTA_MESSAGE = "Too many outstanding cancellations; try again shortly."
+_STORAGE_MESSAGE = "Cancellation storage unavailable; try again shortly."
+_DISCONNECT: Message = {"type": "http.disconnect"}
+
+
+class CancellationMiddleware:
+    """Cross-request, scope-safe cancellation for an MCP app on Streamable HTTP.
+
+    ``registry`` defaults to a new :class:`~mcp_cancellation.CancellationRegistry` (which
+    the middleware then closes on shutdown). ``path`` is the MCP endpoint. Proxy headers
+    are believed only from ``trusted_proxies`` (addresses or CIDR blocks).
+    ``stream_cancel_timeout`` is how long a request whose client disconnected may keep
+    running before its work is cancelled (``None``: never). ``session_resolver`` returns
+    a session id the *server* has validated for the request, or ``None``. Bodies larger
+    than ``max_body_bytes`` are refused with 413, as the SDK does. Invalid settings raise
+    :class:`~mcp_cancellation.ConfigurationError` here.
+
+    The janitor of the registry starts on ASGI lifespan startup (or at the first request
+    when the server sends no lifespan events) and stops on shutdown.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        registry: CancellationRegistry | None = None,
+        path: str = "/mcp",
+        trusted_proxies: Sequence[str] = (),
+        stream_cancel_timeout: float | None = 10.0,
+        session_resolver: Callable[[Scope], str | None] | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    ) -> None:
+        if not isinstance(path, str) or not path.startswith("/"):
+            raise ConfigurationError(f"path must start with '/', not {path!r}")
+        if isinstance(trusted_proxies, str):
+            trusted_proxies = (trusted_proxies,)
+        proxies: list[str] = []
+        for entry in trusted_proxies:
+            try:
+                proxies.append(str(ipaddress.ip_network(str(entry).strip(), strict=False)))
+            except ValueError as exc:
+                raise ConfigurationError(f"invalid trusted proxy {entry!r}: {exc}") from None
+        if stream_cancel_timeout is not None:
+            if isinstance(stream_cancel_timeout, bool) or not isinstance(
+                stream_cancel_timeout, int | float
+            ):
+                raise ConfigurationError("stream_cancel_timeout must be a number of seconds")
+            if not math.isfinite(stream_cancel_timeout) or stream_cancel_timeout < 0:
+                raise ConfigurationError(
+                    f"stream_cancel_timeout must be finite and >= 0, not {stream_cancel_timeout}"
+                )
+        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int):
+            raise ConfigurationError("max_body_bytes must be an int")
+        if max_body_bytes <= 0:
+            raise ConfigurationError(f"max_body_bytes must be positive, not {max_body_bytes}")
+        if session_resolver is not None and not callable(session_resolver):
+            raise ConfigurationError("session_resolver must be callable")
+        self.app = app
+        self._owns_registry = registry is None
+        self.registry = registry if registry is not None else CancellationRegistry()
+        self.path = path.rstrip("/") or "/"
+        self.trusted_proxies: tuple[str, ...] = tuple(proxies)
+        self.stream_cancel_timeout = stream_cancel_timeout
+        self.session_resolver = session_resolver
+        self.max_body_bytes = max_body_bytes
+        self._janitor_checked = False
+
+    def __repr__(self) -> str:
+        return f"<CancellationMiddleware path={self.path!r} registry={self.registry!r}>"
+
+    # -- ASGI entry ----------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            if scope.get("method") == "POST" and self._on_path(scope.get("path")):
+                await self._post(scope, receive, send)
+                return
+        elif kind == "lifespan":
+            await self._lifespan(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _on_path(self, path: object) -> bool:
+        if not isinstance(path, str):
+            return False
+        return path == self.path or (path.endswith("/") and path.rstrip("/") == self.path)
+
+    def caller_scope(self, scope: Scope) -> str:
+        """The cancellation scope of an HTTP request (after the session resolver)."""
+        resolver = self.session_resolver
+        if resolver is not None:
+            session = resolver(scope)
+            if isinstance(session, str) and session:
+                scope[SESSION_KEY] = session
+        return scope_of(scope, trusted_proxies=self.trusted_proxies)
+
+    # -- lifespan ------------------------------------------------------------------------
+
+    async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:
+        registry = self.registry
+
+        async def lifespan_receive() -> Message:
+            message = await receive()
+            kind = message.get("type")
+            if kind == "lifespan.startup":
+                registry.start_janitor()
+                self._janitor_checked = True
+            elif kind == "lifespan.shutdown":
+                try:
+                    if self._owns_registry:
+                        await registry.aclose()
+                    else:
+                        await registry.stop_janitor()
+                except Exception:  # never fail the server's shutdown over it
+                    logger.exception("stopping the cancellation janitor failed")
+            return message
+
+        await self.app(scope, lifespan_receive, send)
+
+    # -- POST on the MCP path ------------------------------------------------------------
+
+    async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._janitor_checked:
+            self._janitor_checked = True
+            self.registry.start_janitor()
+
+        declared = _jsonrpc.header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            await self._too_large(send)
+            return
+
+        # Read the whole body (the SDK does the same before parsing it).
+        chunks: list[bytes] = []
+        size = 0
+        trailing: Message | None = None
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                trailing = message  # the client left before the body ended
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await self._too_large(send)
+                return
+            if chunk:
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+        parsed = _jsonrpc.Message("other") if trailing is not None else _jsonrpc.classify(body)
+        if parsed.kind == "request":
+            await self._request(scope, receive, send, body, parsed)
+        elif parsed.kind == "cancel" and _jsonrpc.is_handshake_version(
+            _jsonrpc.header(scope, b"mcp-protocol-version")
+        ):
+            await self._cancel(scope, receive, send, body, parsed)
+        else:
+            await self.app(scope, _replay(body, trailing, receive), send)
+
+    async def _too_large(self, send: Send) -> None:
+        await _jsonrpc.send_error(send, 413, _jsonrpc.INVALID_REQUEST, "Request body too large")
+
+    # -- notifications/cancelled ---------------------------------------------------------
+
+    async def _cancel(
+        self, scope: Scope, receive: Receive, send: Send, body: bytes, parsed: _jsonrpc.Message
+    ) -> None:
+        params = parsed.params
+        if not isinstance(params, dict):
+            await _jsonrpc.send_error(
+                send, 400, _jsonrpc.INVALID_PARAMS, "Invalid params: params must be an object"
+            )
+            return
+        request_id = params.get("requestId")
+        if request_id is None:
+            await _jsonrpc.send_error(
+                send, 400, _jsonrpc.INVALID_PARAMS, "Invalid params: requestId is required"
+            )
+            return
+        try:
+            caller = self.caller_scope(scope)
+            await self.registry.cancel_in_flight(
+                request_id, params.get("reason"), caller, method=_jsonrpc.CANCELLED_METHOD
+            )
+        except InvalidRequestId as exc:
+            await _jsonrpc.send_error(send, 400, _jsonrpc.INVALID_PARAMS, f"Invalid params: {exc}")
+            return
+        except CancellationLimitReached:
+            await _jsonrpc.send_error(
+                send,
+                429,
+                _jsonrpc.QUOTA_ERROR,
+                _QUOTA_MESSAGE,
+                extra_headers=[(b"retry-after", b"1")],
+            )
+            return
+        except StorageUnavailable as exc:
+            logger.warning("cancellation not recorded: %s", exc)
+            await _jsonrpc.send_error(
+                send,
+                503,
+                _jsonrpc.INTERNAL_ERROR,
+                _STORAGE_MESSAGE,
+                extra_headers=[(b"retry-after", b"1")],
+            )
+            return
+        if _jsonrpc.header(scope, b"mcp-session-id") is not None:
+            # A stateful session: let the SDK see the notification too, so that its own
+            # per-session cancellation still runs; it answers 202 (or refuses the session).
+            await self.app(scope, _replay(body, None, receive), send)
+            return
+        await _jsonrpc.send_accepted(send)
+
+    # -- tracked requests ----------------------------------------------------------------
+
+    async def _request(
+        self, scope: Scope, receive: Receive, send: Send, body: bytes, parsed: _jsonrpc.Message
+    ) -> None:
+        caller = self.caller_scope(scope)
+        try:
+            context = self.registry.request(parsed.request_id, caller)
+        except InvalidRequestId:
+            # Not an id the SDK accepts either: let it answer the error.
+            await self.app(scope, _replay(body, None, receive), send)
+            return
+        async with context as token:
+            await _Exchange(self, scope, receive, send, body, token, caller).run()
+
+
+def _replay(body: bytes, trailing: Message | None, receive: Receive) -> Receive:
+    """A ``receive`` that hands out *body* once (then *trailing*), then the real one."""
+    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
+    if trailing is not None:
+        pending.append(trailing)
+    pending.reverse()
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop()
+        return await receive()
+
+    return replay
+
+
+class _Exchange:
+    """One tracked request: the inner app, a disconnect watcher, and the kill timer."""
+
+    __slots__ = (
+        "app_scope",
+        "body",
+        "caller",
+        "disconnected",
+        "middleware",
+        "receive",
+        "replayed",
+        "response_done",
+        "scope",
+        "send",
+        "token",
+    )
+
+    def __init__(
+        self,
+        middleware: CancellationMiddleware,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        body: bytes,
+        token: RequestToken,
+        caller: str,
+    ) -> None:
+        self.middleware = middleware
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.body = body
+        self.token = token
+        self.caller = caller
+        self.replayed = False
+        self.response_done = False
+        self.disconnected = anyio.Event()
+        self.app_scope = anyio.CancelScope()
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch)
+            try:
+                with self.app_scope:
+                    await self.middleware.app(self.scope, self._receive, self._send)
+            finally:
+                tg.cancel_scope.cancel()
+        if self.app_scope.cancelled_caught:
+            logger.info(
+                "request %s cancelled %ss after its client disconnected",
+                self.token.request_id,
+                self.middleware.stream_cancel_timeout,
+            )
+
+    async def _receive(self) -> Message:
+        if not self.replayed:
+            self.replayed = True
+            return {"type": "http.request", "body": self.body, "more_body": False}
+        await self.disconnected.wait()
+        return dict(_DISCONNECT)
+
+    async def _send(self, message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.response_done = True
+        try:
+            await self.send(message)
+        except Exception:
+            if not self.disconnected.is_set():
+                self.disconnected.set()
+                self.token.set_cancelled(DISCONNECT_REASON)
+            raise
+
+    async def _watch(self) -> None:
+        """Own the real ``receive``; on a disconnect before the response ended, cancel."""
+        while True:
+            message = await self.receive()
+            if message.get("type") == "http.disconnect":
+                break
+        if self.response_done or self.disconnected.is_set():
+            return
+        self.disconnected.set()
+        registry = self.middleware.registry
+        try:
+            await registry.cancel_in_flight(
+                self.token.request_id, DISCONNECT_REASON, self.caller, method="disconnect"
+            )
+        except StorageUnavailable as exc:
+            logger.warning("disconnect of request %s not recorded: %s", self.token.request_id, exc)
+        except CancellationLimitReached:
+            logger.warning("disconnect of request %s over quota", self.token.request_id)
+        finally:
+            # Flip the token directly too: the tool stops even when the storage is down.
+            self.token.set_cancelled(DISCONNECT_REASON)
+        timeout = self.middleware.stream_cancel_timeout
+        if timeout is None:
+            return
+        await anyio.sleep(timeout)
+        self.app_scope.cancel()
