@@ -1,0 +1,356 @@
+"""OpenTelemetry bridge: the registry's signals as spans and meter counters.
+
+:func:`instrument` connects to :mod:`mcp_cancellation.signals`; :func:`uninstrument`
+disconnects. Signals are sent synchronously by the task that called the registry, so the
+*current* span is the caller's (inside an MCP server, the SDK's request span) and every span
+below is its child.
+
+Spans (tracer ``mcp_cancellation``, the package version):
+
+``mcp.cancellation.cancel``
+    a recorded cancellation (instantaneous: it is created when the row was written):
+    ``jsonrpc.request.id``, ``mcp.method.name`` (``notifications/cancelled`` when it came
+    from one; absent for a disconnect or a library call), ``mcp.cancellation.source``
+    (``notification``, ``disconnect``, ``api`` or ``other``), ``mcp.cancellation.scope_kind``,
+    ``mcp.cancellation.scope`` (session scopes hashed), ``mcp.cancellation.reason`` (when
+    given; already sanitised and truncated by the registry).
+``mcp.cancellation.cleanup``
+    one cleanup pass, starting and ending when the pass did: ``mcp.cancellation.removed``,
+    ``mcp.cancellation.in_flight_removed``.
+``mcp.cancellation.evict``
+    the global cap evicted rows of one scope: ``mcp.cancellation.scope_kind``,
+    ``mcp.cancellation.scope``, ``mcp.cancellation.evicted``.
+``mcp.cancellation.reject``
+    a refused cancellation, status ERROR: ``mcp.cancellation.scope_kind``,
+    ``mcp.cancellation.scope``, ``mcp.cancellation.rejection.reason`` (``quota`` or
+    ``invalid_request_id``), ``jsonrpc.request.id`` (valid ids only).
+
+Evictions and rejections are spans rather than events so that they are recorded even when
+nothing else is being traced. Counters (meter ``mcp_cancellation``) mirror the Prometheus
+ones: ``mcp.cancellation.cancelled``, ``mcp.cancellation.rejected``,
+``mcp.cancellation.evicted``, ``mcp.cancellation.cleanup.removed``, plus the histogram
+``mcp.cancellation.cleanup.duration`` (seconds). See ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from blinker import ANY
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Status, StatusCode
+
+from .. import signals
+from ..__about__ import __version__
+from ..scope import scope_kind
+from ._labels import ScopeLabeler
+
+if TYPE_CHECKING:
+    from ..registry import CancellationRegistry
+
+__all__ = [
+    "ATTRIBUTES",
+    "INSTRUMENTATION_NAME",
+    "METER_INSTRUMENTS",
+    "SPAN_NAMES",
+    "OpenTelemetryBridge",
+    "instrument",
+    "instrumented",
+    "uninstrument",
+]
+
+#: Name of the tracer and the meter (the instrumentation scope).
+INSTRUMENTATION_NAME = "mcp_cancellation"
+
+SPAN_CANCEL = "mcp.cancellation.cancel"
+SPAN_CLEANUP = "mcp.cancellation.cleanup"
+SPAN_EVICT = "mcp.cancellation.evict"
+SPAN_REJECT = "mcp.cancellation.reject"
+#: Every span name this bridge creates.
+SPAN_NAMES = frozenset({SPAN_CANCEL, SPAN_CLEANUP, SPAN_EVICT, SPAN_REJECT})
+
+REQUEST_ID = "jsonrpc.request.id"
+METHOD = "mcp.method.name"
+SOURCE = "mcp.cancellation.source"
+SCOPE_KIND = "mcp.cancellation.scope_kind"
+SCOPE = "mcp.cancellation.scope"
+REASON = "mcp.cancellation.reason"
+REMOVED = "mcp.cancellation.removed"
+IN_FLIGHT_REMOVED = "mcp.cancellation.in_flight_removed"
+EVICTED = "mcp.cancellation.evicted"
+REJECTION_REASON = "mcp.cancellation.rejection.reason"
+TABLE = "mcp.cancellation.table"
+#: Every span (and metric point) attribute this bridge sets.
+ATTRIBUTES = frozenset(
+    {
+        REQUEST_ID,
+        METHOD,
+        SOURCE,
+        SCOPE_KIND,
+        SCOPE,
+        REASON,
+        REMOVED,
+        IN_FLIGHT_REMOVED,
+        EVICTED,
+        REJECTION_REASON,
+        TABLE,
+    }
+)
+
+#: Meter instruments: name -> (kind, unit, attributes).
+METER_INSTRUMENTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "mcp.cancellation.cancelled": ("counter", "{cancellation}", (SCOPE_KIND, SOURCE)),
+    "mcp.cancellation.rejected": ("counter", "{cancellation}", (SCOPE_KIND, REJECTION_REASON)),
+    "mcp.cancellation.evicted": ("counter", "{row}", (SCOPE_KIND,)),
+    "mcp.cancellation.cleanup.removed": ("counter", "{row}", (TABLE,)),
+    "mcp.cancellation.cleanup.duration": ("histogram", "s", ()),
+}
+
+_NOTIFICATION = "notifications/cancelled"
+
+
+def _source(method: str | None) -> str:
+    if method is None:
+        return "api"
+    if method == _NOTIFICATION:
+        return "notification"
+    if method == "disconnect":
+        return "disconnect"
+    return "other"
+
+
+class OpenTelemetryBridge:
+    """Spans and counters for the signals of one registry (or of all, with ``None``).
+
+    Providers default to the global ones at :meth:`install` time. :meth:`install` and
+    :meth:`uninstall` are idempotent. Prefer :func:`instrument`, which keeps one bridge
+    per registry.
+    """
+
+    def __init__(
+        self,
+        registry: CancellationRegistry | None = None,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        hash_key: str | bytes | None = None,
+    ) -> None:
+        self._registry_ref = weakref.ref(registry) if registry is not None else None
+        self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider)
+        meter = metrics.get_meter(INSTRUMENTATION_NAME, __version__, meter_provider)
+        self.labeler = ScopeLabeler(hash_key)
+        self._cancelled = meter.create_counter(
+            "mcp.cancellation.cancelled", "{cancellation}", "Cancellations recorded."
+        )
+        self._rejected = meter.create_counter(
+            "mcp.cancellation.rejected", "{cancellation}", "Cancellations refused."
+        )
+        self._evicted = meter.create_counter(
+            "mcp.cancellation.evicted", "{row}", "Rows evicted by the global cap."
+        )
+        self._removed = meter.create_counter(
+            "mcp.cancellation.cleanup.removed", "{row}", "Rows removed by cleanup passes."
+        )
+        self._duration = meter.create_histogram(
+            "mcp.cancellation.cleanup.duration", "s", "Duration of cleanup passes."
+        )
+        self._lock = threading.Lock()
+        self._installed = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    @property
+    def installed(self) -> bool:
+        return self._installed
+
+    def _receivers(self) -> list[tuple[Any, Any]]:
+        return [
+            (signals.request_cancelled, self._on_cancelled),
+            (signals.cancellation_cleanup, self._on_cleanup),
+            (signals.cancellation_evicted, self._on_evicted),
+            (signals.cancellation_rejected, self._on_rejected),
+        ]
+
+    def install(self) -> OpenTelemetryBridge:
+        """Connect to the signals (idempotent). Returns self."""
+        with self._lock:
+            if self._installed:
+                return self
+            sender: Any = ANY if self._registry_ref is None else self._registry_ref()
+            if sender is None:
+                raise ValueError("the registry of this bridge no longer exists")
+            for signal, receiver in self._receivers():
+                signal.connect(receiver, sender=sender, weak=False)
+            if self._registry_ref is not None:
+                self._finalizer = weakref.finalize(sender, _disconnect, self._receivers())
+            self._installed = True
+            return self
+
+    def uninstall(self) -> None:
+        """Disconnect from the signals (idempotent)."""
+        with self._lock:
+            if not self._installed:
+                return
+            self._installed = False
+            if self._finalizer is not None:
+                self._finalizer.detach()
+                self._finalizer = None
+            _disconnect(self._receivers())
+
+    # -- receivers ---------------------------------------------------------------------
+
+    def _on_cancelled(
+        self,
+        sender: object,
+        *,
+        request_id: str,
+        scope: str,
+        reason: str | None = None,
+        method: str | None = None,
+        **_: object,
+    ) -> None:
+        kind = scope_kind(scope)
+        source = _source(method)
+        attributes: dict[str, str] = {
+            REQUEST_ID: request_id,
+            SOURCE: source,
+            SCOPE_KIND: kind,
+            SCOPE: self.labeler(scope),
+        }
+        if method is not None and source != "disconnect":
+            attributes[METHOD] = method
+        if reason is not None:
+            attributes[REASON] = reason
+        self.tracer.start_span(SPAN_CANCEL, attributes=attributes).end()
+        self._cancelled.add(1, {SCOPE_KIND: kind, SOURCE: source})
+
+    def _on_cleanup(
+        self,
+        sender: object,
+        *,
+        removed: int,
+        in_flight_removed: int,
+        duration: float | None = None,
+        start_time_ns: int | None = None,
+        **_: object,
+    ) -> None:
+        attributes = {REMOVED: removed, IN_FLIGHT_REMOVED: in_flight_removed}
+        if start_time_ns is not None and duration is not None:
+            end = start_time_ns + max(0, round(duration * 1e9))
+            span = self.tracer.start_span(
+                SPAN_CLEANUP, attributes=attributes, start_time=start_time_ns
+            )
+            span.end(end_time=end)
+        else:
+            self.tracer.start_span(SPAN_CLEANUP, attributes=attributes).end()
+        if removed:
+            self._removed.add(removed, {TABLE: "cancellations"})
+        if in_flight_removed:
+            self._removed.add(in_flight_removed, {TABLE: "in_flight"})
+        if duration is not None:
+            self._duration.record(duration)
+
+    def _on_evicted(self, sender: object, *, scope: str, count: int, **_: object) -> None:
+        kind = scope_kind(scope)
+        attributes: dict[str, str | int] = {
+            SCOPE_KIND: kind,
+            SCOPE: self.labeler(scope),
+            EVICTED: count,
+        }
+        self.tracer.start_span(SPAN_EVICT, attributes=attributes).end()
+        self._evicted.add(count, {SCOPE_KIND: kind})
+
+    def _on_rejected(
+        self,
+        sender: object,
+        *,
+        scope: str,
+        reason: str,
+        request_id: str | None = None,
+        **_: object,
+    ) -> None:
+        kind = scope_kind(scope)
+        attributes: dict[str, str] = {
+            SCOPE_KIND: kind,
+            SCOPE: self.labeler(scope),
+            REJECTION_REASON: reason,
+        }
+        if request_id is not None:
+            attributes[REQUEST_ID] = request_id
+        span = self.tracer.start_span(SPAN_REJECT, attributes=attributes)
+        span.set_status(Status(StatusCode.ERROR, reason))
+        span.end()
+        self._rejected.add(1, {SCOPE_KIND: kind, REJECTION_REASON: reason})
+
+
+def _disconnect(receivers: list[tuple[Any, Any]]) -> None:
+    for signal, receiver in receivers:
+        signal.disconnect(receiver)
+
+
+# -- module-level instrumentation --------------------------------------------------------
+
+_lock = threading.Lock()
+_global: OpenTelemetryBridge | None = None
+_per_registry: weakref.WeakKeyDictionary[CancellationRegistry, OpenTelemetryBridge] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def instrument(
+    registry: CancellationRegistry | None = None,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+    hash_key: str | bytes | None = None,
+) -> OpenTelemetryBridge:
+    """Record the signals of *registry* (of every registry when ``None``) as spans and
+    metrics. Idempotent: while instrumented, calling it again for the same registry (or
+    for ``None``) returns the existing bridge and ignores the new arguments."""
+    global _global
+    from ..registry import CancellationRegistry
+
+    if registry is not None and not isinstance(registry, CancellationRegistry):
+        raise TypeError(
+            f"registry must be a CancellationRegistry or None, not {type(registry).__name__}"
+            " (pass providers as keywords)"
+        )
+    with _lock:
+        existing = _global if registry is None else _per_registry.get(registry)
+        if existing is not None and existing.installed:
+            return existing
+        bridge = OpenTelemetryBridge(
+            registry,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            hash_key=hash_key,
+        ).install()
+        if registry is None:
+            _global = bridge
+        else:
+            _per_registry[registry] = bridge
+        return bridge
+
+
+def uninstrument(registry: CancellationRegistry | None = None) -> None:
+    """Stop recording: for *registry* only, or (with ``None``) everything
+    :func:`instrument` set up. Idempotent."""
+    global _global
+    with _lock:
+        if registry is None:
+            bridges = [b for b in (_global, *_per_registry.values()) if b is not None]
+            _global = None
+            _per_registry.clear()
+        else:
+            found = _per_registry.pop(registry, None)
+            bridges = [found] if found is not None else []
+    for bridge in bridges:
+        bridge.uninstall()
+
+
+def instrumented(registry: CancellationRegistry | None = None) -> bool:
+    """Whether :func:`instrument` is in effect for *registry* (or globally, for ``None``)."""
+    with _lock:
+        bridge = _global if registry is None else _per_registry.get(registry)
+        return bridge is not None and bridge.installed
