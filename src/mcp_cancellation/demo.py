@@ -1,0 +1,278 @@
+"""``mcp-cancellation demo``: a real MCP server whose long tool calls can be cancelled.
+
+A stateless Streamable HTTP server built with the ``mcp`` SDK's ``MCPServer``, behind
+:class:`~mcp_cancellation.CancellationMiddleware` at ``/mcp``, with Prometheus metrics at
+``/metrics``. Tools:
+
+``slow_count(seconds)``
+    counts to *seconds*, one step per second, reporting progress and polling
+    :func:`~mcp_cancellation.raise_if_cancelled` every ``poll_interval``; a cancelled call
+    answers JSON-RPC ``-32800``;
+``stubborn_sleep(seconds)``
+    sleeps without ever polling: only the middleware's ``stream_cancel_timeout`` stops it
+    once its client has gone;
+``echo(text)``
+    returns *text* at once (for benchmarks and smoke tests);
+``whoami()``
+    the cancellation scope the server derived for the caller.
+
+Every recorded cancellation is logged as it happens (a ``request.cancelled`` receiver).
+:func:`build_demo_app` returns the ASGI app, for tests and other programs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+
+from . import signals
+from .context import current_token, raise_if_cancelled
+from .errors import ConfigurationError
+from .integrations.asgi import ASGIApp, CancellationMiddleware, Message, Receive, Scope, Send
+from .registry import CancellationRegistry
+from .tools import cancellable
+
+__all__ = ["add_parser", "build_demo_app", "build_demo_server", "run"]
+
+logger = logging.getLogger("mcp_cancellation.demo")
+
+#: Seconds between two cancellation polls in ``slow_count``.
+DEFAULT_POLL_INTERVAL = 0.1
+
+
+def build_demo_server(*, poll_interval: float = DEFAULT_POLL_INTERVAL) -> MCPServer:
+    """The demo's ``MCPServer`` and its tools (see the module docstring)."""
+    server = MCPServer(
+        "mcp-cancellation-demo",
+        instructions="Call slow_count, then cancel it from another request or by hanging up.",
+        log_level="WARNING",
+    )
+
+    @server.tool()
+    @cancellable
+    async def slow_count(seconds: int, ctx: Context) -> str:
+        """Count to `seconds`, one per second, reporting progress; stops when cancelled."""
+        seconds = max(0, min(int(seconds), 3600))
+        steps_per_second = max(1, round(1 / poll_interval))
+        for second in range(seconds):
+            for _ in range(steps_per_second):
+                raise_if_cancelled()
+                await anyio.sleep(1 / steps_per_second)
+            await ctx.report_progress(second + 1, seconds, f"counted to {second + 1}")
+        raise_if_cancelled()
+        return f"counted to {seconds}"
+
+    @server.tool()
+    async def stubborn_sleep(seconds: float) -> str:
+        """Sleep for `seconds` without ever checking for cancellation."""
+        await anyio.sleep(max(0.0, min(float(seconds), 3600.0)))
+        return f"slept {seconds} s"
+
+    @server.tool()
+    async def echo(text: str) -> str:
+        """Return `text` unchanged, at once."""
+        return text
+
+    @server.tool()
+    async def whoami() -> str:
+        """The cancellation scope this server derived for the caller."""
+        token = current_token()
+        return token.scope if token is not None else "untracked"
+
+    return server
+
+
+class _Router:
+    """``/metrics`` to the metrics app, everything else (and lifespan) to the MCP app."""
+
+    def __init__(self, mcp_app: ASGIApp, metrics: ASGIApp | None) -> None:
+        self.mcp_app = mcp_app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path") in ("/metrics", "/metrics/"):
+            if self.metrics is not None:
+                await self.metrics(scope, receive, send)
+                return
+            await _not_found(send)
+            return
+        await self.mcp_app(scope, receive, send)
+
+
+async def _not_found(send: Send) -> None:
+    body = b"metrics unavailable: install mcp-cancellation[prometheus]\n"
+    start: Message = {
+        "type": "http.response.start",
+        "status": 404,
+        "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())],
+    }
+    await send(start)
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _metrics_app(registry: CancellationRegistry) -> ASGIApp | None:
+    try:
+        from .telemetry.prometheus import metrics_app
+    except ImportError as exc:
+        logger.warning("no /metrics: %s", exc)
+        return None
+    app: ASGIApp = metrics_app(registry)
+    return app
+
+
+def build_demo_app(
+    registry: CancellationRegistry,
+    *,
+    json_response: bool = False,
+    trusted_proxies: Sequence[str] = (),
+    stream_cancel_timeout: float | None = 10.0,
+    poll_interval: float = DEFAULT_POLL_INTERVAL,
+    host: str = "127.0.0.1",
+) -> ASGIApp:
+    """The demo's ASGI app: the MCP server at ``/mcp`` behind the middleware, and
+    ``/metrics`` (404 when the Prometheus extra is missing).
+
+    *host* is the address the server listens on; the SDK turns on its DNS-rebinding
+    protection (Host/Origin allow-list) for loopback hosts.
+    """
+    server = build_demo_server(poll_interval=poll_interval)
+    mcp_app = server.streamable_http_app(
+        stateless_http=True, json_response=json_response, host=host
+    )
+    middleware = CancellationMiddleware(
+        mcp_app,
+        registry=registry,
+        trusted_proxies=trusted_proxies,
+        stream_cancel_timeout=stream_cancel_timeout,
+    )
+    return _Router(middleware, _metrics_app(registry))
+
+
+def _log_cancellation(sender: Any, **kwargs: Any) -> None:
+    logger.info(
+        "cancelled request %s in scope %s (via %s): %s",
+        kwargs.get("request_id"),
+        kwargs.get("scope"),
+        kwargs.get("method") or "library call",
+        kwargs.get("reason") or "no reason given",
+    )
+
+
+def _instructions(host: str, port: int, json_response: bool) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    if ":" in shown:
+        shown = f"[{shown}]"
+    url = f"http://{shown}:{port}/mcp"
+    headers = "-H 'content-type: application/json' -H 'accept: application/json, text/event-stream'"
+    call = (
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow_count",'
+        '"arguments":{"seconds":30},"_meta":{"progressToken":1}}}'
+    )
+    cancel = (
+        '{"jsonrpc":"2.0","method":"notifications/cancelled",'
+        '"params":{"requestId":1,"reason":"changed my mind"}}'
+    )
+    mode = "JSON responses" if json_response else "SSE responses"
+    return f"""
+mcp-cancellation demo: stateless Streamable HTTP MCP server ({mode})
+  MCP endpoint  {url}
+  metrics       http://{shown}:{port}/metrics
+  tools         slow_count(seconds), stubborn_sleep(seconds), echo(text), whoami()
+
+1. Start a 30-second call (terminal A):
+     curl -N {url} {headers} \\
+       -d '{call}'
+
+2. Cancel it from another request of the same caller (terminal B):
+     curl -i {url} {headers} \\
+       -d '{cancel}'
+   Terminal A gets {{"code":-32800,"message":"Request cancelled"}} within a poll interval
+   and this log shows the cancellation. Only the same caller (here: the same IP address)
+   can cancel it; anyone else's notification is ignored.
+
+3. Or press Ctrl-C in terminal A: a disconnect cancels the call too.
+
+Or let the Python client do both:  python examples/client_cancel.py --url {url}
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``demo`` on the ``mcp-cancellation`` command."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "demo",
+        help="serve a demo MCP server whose tool calls can be cancelled",
+        description="Serve a stateless Streamable HTTP MCP server (the mcp SDK) behind "
+        "CancellationMiddleware at /mcp, with Prometheus metrics at /metrics.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+    parser.add_argument(
+        "--json-response",
+        action="store_true",
+        help="answer with a single JSON body instead of an SSE stream",
+    )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="believe X-Forwarded-For / Forwarded from this proxy (repeatable)",
+    )
+    parser.add_argument("--max-rows", type=int, default=None, help="global cap on rows")
+    parser.add_argument(
+        "--max-rows-per-scope", type=int, default=None, help="quota of rows per caller scope"
+    )
+    parser.add_argument(
+        "--stream-cancel-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="cancel a disconnected request's work after this long (default 10)",
+    )
+    parser.add_argument("--log-level", default="info", help="log level (default info)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve the demo until interrupted."""
+    import uvicorn
+
+    level = getattr(logging, str(args.log_level).upper(), logging.INFO)
+    logging.basicConfig(
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("mcp_cancellation").setLevel(level)
+    limits: dict[str, Any] = {}
+    if args.max_rows is not None:
+        limits["max_rows"] = args.max_rows
+    if args.max_rows_per_scope is not None:
+        limits["max_rows_per_scope"] = args.max_rows_per_scope
+    try:
+        registry = CancellationRegistry(**limits)
+        app = build_demo_app(
+            registry,
+            json_response=args.json_response,
+            trusted_proxies=args.trusted_proxy,
+            stream_cancel_timeout=args.stream_cancel_timeout,
+            host=args.host,
+        )
+    except ConfigurationError as exc:
+        print(f"mcp-cancellation demo: {exc}", file=sys.stderr)
+        return 2
+    signals.request_cancelled.connect(_log_cancellation, sender=registry, weak=False)
+    print(_instructions(args.host, args.port, args.json_response), flush=True)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
+    except KeyboardInterrupt:  # pragma: no cover - uvicorn handles SIGINT itself
+        pass
+    finally:
+        signals.request_cancelled.disconnect(_log_cancellation, sender=registry)
+    return 0
