@@ -1,0 +1,176 @@
+"""In-flight rows: one per request owner; cancel_in_flight only reaches a request in flight
+in the caller's own scope."""
+
+from __future__ import annotations
+
+import asyncio
+
+from mcp_cancellation import CancellationRegistry, RequestToken
+
+from ._util import in_flight, rows
+
+
+class _Held:
+    """A request served by its own task, held open until released."""
+
+    def __init__(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.token: RequestToken | None = None
+        self.task = asyncio.create_task(self._serve(registry, request_id, scope))
+
+    async def _serve(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
+        async with registry.request(request_id, scope=scope) as token:
+            self.token = token
+            self.entered.set()
+            await self.release.wait()
+
+    async def started(self) -> RequestToken:
+        await self.entered.wait()
+        assert self.token is not None
+        return self.token
+
+    async def finish(self) -> None:
+        self.release.set()
+        await self.task
+
+
+class _Tracked:
+    """A task that tracks an id with track() and untracks it when released."""
+
+    def __init__(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.token: RequestToken | None = None
+        self.task = asyncio.create_task(self._run(registry, request_id, scope))
+
+    async def _run(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
+        self.token = await registry.track(request_id, scope=scope)
+        self.entered.set()
+        await self.release.wait()
+        await registry.untrack(request_id, scope=scope)
+
+    async def started(self) -> RequestToken:
+        await self.entered.wait()
+        assert self.token is not None
+        return self.token
+
+    async def finish(self) -> None:
+        self.release.set()
+        await self.task
+
+
+async def test_track_untrack_in_flight(registry: CancellationRegistry) -> None:
+    assert not await registry.in_flight(1, scope="s")
+    token = await registry.track(1, scope="s")
+    assert isinstance(token, RequestToken)
+    assert not token.cancelled
+    assert await registry.in_flight(1, scope="s")
+    assert not await registry.in_flight(1, scope="t")
+    assert not await registry.in_flight(2, scope="s")
+    assert await in_flight(registry) == {"s": 1}
+    await registry.untrack(1, scope="s")
+    assert not await registry.in_flight(1, scope="s")
+    assert await in_flight(registry) == {}
+
+
+async def test_tracking_twice_in_one_task_keeps_one_row(registry: CancellationRegistry) -> None:
+    await registry.track(1, scope="s")
+    await registry.track(1, scope="s")
+    assert await in_flight(registry) == {"s": 1}
+    await registry.untrack(1, scope="s")
+    assert not await registry.in_flight(1, scope="s")
+
+
+async def test_two_requests_reusing_an_id_each_hold_a_row(registry: CancellationRegistry) -> None:
+    first, second = _Held(registry, 1, "s"), _Held(registry, 1, "s")
+    first_token, second_token = await first.started(), await second.started()
+    assert await in_flight(registry) == {"s": 2}
+
+    await first.finish()
+    # The other request is still in flight, and still cancellable.
+    assert await registry.in_flight(1, scope="s")
+    assert await in_flight(registry) == {"s": 1}
+    assert await registry.cancel_in_flight(1, "stop the second", scope="s")
+    assert second_token.cancelled
+    assert second_token.reason == "stop the second"
+    assert not first_token.cancelled
+
+    await second.finish()
+    assert await in_flight(registry) == {}
+    assert await rows(registry) == {}
+
+
+async def test_untrack_removes_only_the_callers_own_row(registry: CancellationRegistry) -> None:
+    first, second = _Tracked(registry, 1, "s"), _Tracked(registry, 1, "s")
+    await first.started()
+    second_token = await second.started()
+    # The test's own task never tracked id 1: its untrack touches nobody's row.
+    await registry.untrack(1, scope="s")
+    assert await in_flight(registry) == {"s": 2}
+
+    await first.finish()
+    assert await in_flight(registry) == {"s": 1}
+    assert await registry.cancel_in_flight(1, scope="s")
+    assert second_token.cancelled
+    await second.finish()
+    assert await in_flight(registry) == {}
+
+
+async def test_a_cancellation_reaches_every_owner_of_the_id(registry: CancellationRegistry) -> None:
+    held = [_Held(registry, "job", "s") for _ in range(3)]
+    tokens = [await h.started() for h in held]
+    assert await registry.cancel_in_flight("job", "all of them", scope="s")
+    assert all(token.cancelled and token.reason == "all of them" for token in tokens)
+    for h in held:
+        await h.finish()
+    assert await rows(registry) == {}
+
+
+async def test_cancel_in_flight_ignores_unknown_ids(registry: CancellationRegistry) -> None:
+    assert not await registry.cancel_in_flight(404, "nobody", scope="s")
+    assert not await registry.is_cancelled(404, scope="s")
+    assert await rows(registry) == {}
+
+
+async def test_cancel_in_flight_ignores_other_scopes(registry: CancellationRegistry) -> None:
+    victim = _Held(registry, 1, "ip:192.0.2.1")
+    token = await victim.started()
+    assert not await registry.cancel_in_flight(1, "not yours", scope="ip:192.0.2.2")
+    assert not await registry.cancel_in_flight(1, "not yours", scope="global")
+    assert not token.cancelled
+    assert await rows(registry) == {}
+    await victim.finish()
+
+
+async def test_cancel_in_flight_ignores_finished_requests(registry: CancellationRegistry) -> None:
+    done = _Held(registry, 1, "s")
+    await done.started()
+    await done.finish()
+    assert not await registry.cancel_in_flight(1, scope="s")
+    assert await rows(registry) == {}
+
+
+async def test_cancel_in_flight_records_a_row(registry: CancellationRegistry) -> None:
+    held = _Held(registry, 1, "s")
+    await held.started()
+    assert await registry.cancel_in_flight(1, "why", scope="s")
+    assert await registry.is_cancelled(1, scope="s")
+    assert await registry.reason(1, scope="s") == "why"
+    assert await rows(registry) == {"s": 1}
+    await held.finish()
+    assert await rows(registry) == {}
+
+
+async def test_a_request_started_after_a_recorded_cancellation_of_a_reused_id(
+    registry: CancellationRegistry,
+) -> None:
+    # A row recorded while another request with the same id was in flight is still there
+    # for a second request that starts before the first ends: it starts cancelled.
+    first = _Held(registry, 1, "s")
+    await first.started()
+    await registry.cancel_in_flight(1, scope="s")
+    second = _Held(registry, 1, "s")
+    assert (await second.started()).cancelled
+    await first.finish()
+    await second.finish()
