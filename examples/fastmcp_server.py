@@ -1,0 +1,43 @@
+"""The same cancellable server with FastMCP.
+
+Run:  python examples/fastmcp_server.py      (then: python examples/client_cancel.py)
+
+FastMCP turns every exception a tool raises into an error *result*, so the conversion to
+JSON-RPC ``-32800`` is done by ``fastmcp_middleware()`` in FastMCP's middleware chain.
+The ASGI middleware goes in ``http_app(middleware=[...])``, inside FastMCP's own
+authentication middleware, so that an authenticated user is the cancellation scope.
+"""
+
+from __future__ import annotations
+
+import anyio
+import uvicorn
+from fastmcp import Context, FastMCP
+from starlette.middleware import Middleware
+
+from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
+from mcp_cancellation.tools import fastmcp_middleware
+
+mcp = FastMCP("cancellable-fastmcp-server", middleware=[fastmcp_middleware()])
+
+
+@mcp.tool
+async def slow_count(seconds: int, ctx: Context) -> str:
+    """Count to `seconds`, one per second; stops within 0.1 s of a cancellation."""
+    for second in range(seconds):
+        for _ in range(10):
+            raise_if_cancelled()
+            await anyio.sleep(0.1)
+        await ctx.report_progress(second + 1, seconds)
+    return f"counted to {seconds}"
+
+
+registry = CancellationRegistry()
+app = mcp.http_app(
+    path="/mcp",
+    stateless_http=True,
+    middleware=[Middleware(CancellationMiddleware, registry=registry, path="/mcp")],
+)
+
+if __name__ == "__main__":
+    uvicorn.run(app, host="127.0.0.1", port=8000)

@@ -1,0 +1,41 @@
+"""A stateless MCP server (the ``mcp`` SDK's ``MCPServer``) whose tool calls can be cancelled.
+
+Run:  python examples/sdk_server.py      (then: python examples/client_cancel.py)
+
+``CancellationMiddleware`` wraps the SDK's Starlette app; ``@cancellable`` makes a tool
+that stops on :func:`raise_if_cancelled` answer JSON-RPC ``-32800 Request cancelled``.
+"""
+
+from __future__ import annotations
+
+import anyio
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+
+from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
+from mcp_cancellation.tools import cancellable
+
+server = MCPServer("cancellable-sdk-server")
+
+
+@server.tool()
+@cancellable
+async def slow_count(seconds: int, ctx: Context) -> str:
+    """Count to `seconds`, one per second; stops within 0.1 s of a cancellation."""
+    for second in range(seconds):
+        for _ in range(10):
+            raise_if_cancelled()  # RequestCancelled -> -32800 through @cancellable
+            await anyio.sleep(0.1)
+        await ctx.report_progress(second + 1, seconds)
+    return f"counted to {seconds}"
+
+
+registry = CancellationRegistry()
+app = CancellationMiddleware(
+    server.streamable_http_app(stateless_http=True),  # json_response=True works too
+    registry=registry,
+    path="/mcp",
+)
+
+if __name__ == "__main__":
+    uvicorn.run(app, host="127.0.0.1", port=8000)
