@@ -1,0 +1,76 @@
+"""Fixtures for the telemetry bridges: injected OTel providers, fresh Prometheus registries.
+
+Nothing here sets global providers or touches ``prometheus_client.REGISTRY``; each test gets
+its own ``TracerProvider`` with an ``InMemorySpanExporter``, its own ``MeterProvider`` with an
+``InMemoryMetricReader`` and its own ``CollectorRegistry``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from mcp_cancellation import CancellationRegistry, MemoryStorage
+from mcp_cancellation.telemetry import otel
+
+
+@pytest.fixture
+def collector_registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def span_exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def tracer_provider(span_exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(span_exporter))
+    yield provider
+    provider.shutdown()
+
+
+@pytest.fixture
+def metric_reader() -> InMemoryMetricReader:
+    return InMemoryMetricReader()
+
+
+@pytest.fixture
+def meter_provider(metric_reader: InMemoryMetricReader) -> Iterator[MeterProvider]:
+    provider = MeterProvider(metric_readers=[metric_reader])
+    yield provider
+    provider.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_instrumentation() -> Iterator[None]:
+    """Every test starts and ends without module-level OTel instrumentation."""
+    otel.uninstrument()
+    yield
+    otel.uninstrument()
+
+
+@pytest.fixture
+async def make_memory_registry() -> AsyncIterator[Any]:
+    """Build in-memory registries (janitor off); all are closed after the test."""
+    made: list[CancellationRegistry] = []
+
+    def make(**kwargs: Any) -> CancellationRegistry:
+        kwargs.setdefault("janitor_interval", None)
+        registry = CancellationRegistry(MemoryStorage(), **kwargs)
+        made.append(registry)
+        return registry
+
+    yield make
+    for registry in made:
+        await registry.aclose()

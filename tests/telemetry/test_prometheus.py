@@ -1,0 +1,340 @@
+"""The Prometheus bridge, scraped over HTTP from a real uvicorn serving ``metrics_app``."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import hashlib
+import hmac
+import re
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from mcp_cancellation import (
+    CancellationLimitReached,
+    CancellationRegistry,
+    ConfigurationError,
+    InvalidRequestId,
+    signals,
+)
+from mcp_cancellation.scope import SCOPE_KINDS
+from mcp_cancellation.telemetry._labels import DEFAULT_HASH_KEY, HASH_KEY_ENV
+from mcp_cancellation.telemetry.prometheus import (
+    METRIC_NAMES,
+    METRICS,
+    PrometheusBridge,
+    metrics_app,
+)
+
+from ..support import UvicornThread, env
+from ._util import SESSION_ID, samples, series, value
+
+P = "mcp_cancellation_"
+SESSION_LABEL_RE = re.compile(r"^session:[0-9a-f]{12}$")
+
+
+def session_label(session_id: str, key: bytes = DEFAULT_HASH_KEY) -> str:
+    digest = hmac.new(key, session_id.encode(), hashlib.sha256).hexdigest()
+    return "session:" + digest[:12]
+
+
+async def scrape(url: str) -> str:
+    async with httpx.AsyncClient() as client:
+        response = await client.get(url + "/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    return response.text
+
+
+async def test_scrape_after_real_cancellations_sample_by_sample(make_memory_registry: Any) -> None:
+    registry: CancellationRegistry = make_memory_registry(max_rows=12, max_rows_per_scope=3)
+    app = metrics_app(registry, top_k=3)
+    session = f"session:{SESSION_ID}"
+    for request_id in (1, 2, 3):  # first, so that its oldest row goes first on eviction
+        await registry.cancel(request_id, "stop", "ip:192.0.2.1")
+    with pytest.raises(CancellationLimitReached):
+        await registry.cancel(4, None, "ip:192.0.2.1")
+    with pytest.raises(InvalidRequestId):
+        await registry.cancel(True, None, "ip:192.0.2.2")
+    for request_id in (1, 2, 3):
+        await registry.cancel(request_id, None, session)
+    await registry.cancel(1, None, "principal:alice")
+    await registry.cancel(2, None, "principal:alice")
+    await registry.cancel(1, None)  # global
+    await registry.cancel(1, None, "library-scope")  # other
+    await registry.cancel(2, None, "ip:198.51.100.7")
+    await registry.cancel(3, None, "ip:198.51.100.7")
+    # 12 rows = max_rows: the next insert evicts one row from the oldest largest scope.
+    await registry.cancel(1, None, "ip:203.0.113.9")
+
+    with UvicornThread(app) as server:
+        async with registry.request(7, "principal:alice"):
+            text = await scrape(server.url)
+        parsed = samples(text)
+
+        assert SESSION_ID not in text
+        for kind, n in {"ip": 6, "session": 3, "principal": 2, "global": 1, "other": 1}.items():
+            assert value(parsed, P + "cancelled_total", scope_kind=kind) == n
+        for kind in SCOPE_KINDS:
+            for reason in ("quota", "invalid_request_id"):
+                expected = 1 if kind == "ip" else 0
+                assert (
+                    value(parsed, P + "rejected_total", scope_kind=kind, reason=reason) == expected
+                )
+            assert value(parsed, P + "evicted_total", scope_kind=kind) == (kind == "ip")
+        assert value(parsed, P + "cleanup_removed_total", table="cancellations") == 0
+        assert value(parsed, P + "cleanup_removed_total", table="in_flight") == 0
+        for kind, n in {"ip": 5, "session": 3, "principal": 2, "global": 1, "other": 1}.items():
+            assert value(parsed, P + "rows", scope_kind=kind) == n
+        for kind in SCOPE_KINDS:
+            assert value(parsed, P + "in_flight", scope_kind=kind) == (kind == "principal")
+        assert value(parsed, P + "max_rows") == 12
+        assert value(parsed, P + "max_rows_per_scope") == 3
+        assert series(parsed, P + "scope_rows") == {
+            frozenset({("scope", session_label(SESSION_ID))}): 3,
+            frozenset({("scope", "ip:192.0.2.1")}): 2,
+            frozenset({("scope", "ip:198.51.100.7")}): 2,
+        }
+        assert series(parsed, P + "scope_rejections") == {
+            frozenset({("scope", "ip:192.0.2.1")}): 1,
+            frozenset({("scope", "ip:192.0.2.2")}): 1,
+        }
+
+        # A request whose task ended without untracking, then a cleanup of everything.
+        await asyncio.create_task(registry.track(9, "ip:192.0.2.50"))
+        result = await registry.cleanup(ttl=1e-9)
+        assert result == (12, 1)
+        parsed = samples(await scrape(server.url))
+    assert value(parsed, P + "cleanup_removed_total", table="cancellations") == 12
+    assert value(parsed, P + "cleanup_removed_total", table="in_flight") == 1
+    for kind in SCOPE_KINDS:
+        assert value(parsed, P + "rows", scope_kind=kind) == 0
+        assert value(parsed, P + "in_flight", scope_kind=kind) == 0
+    assert series(parsed, P + "scope_rows") == {}
+    assert value(parsed, P + "cancelled_total", scope_kind="ip") == 6  # counters stay
+
+
+async def test_flood_from_100k_addresses_keeps_series_bounded(make_memory_registry: Any) -> None:
+    registry: CancellationRegistry = make_memory_registry(max_rows=1_000, max_rows_per_scope=1)
+    top_k = 20
+    app = metrics_app(registry, top_k=top_k)
+    offender = "ip:203.0.113.66"
+    accepted = rejected = offender_rejected = 0
+    for i in range(100_000):
+        scope = f"ip:10.{i >> 16}.{(i >> 8) & 255}.{i & 255}"
+        await registry.cancel(1, None, scope)
+        accepted += 1
+        try:
+            await registry.cancel(2, None, scope)
+            accepted += 1
+        except CancellationLimitReached:
+            rejected += 1
+        if i % 20 == 0:
+            try:
+                await registry.cancel(i, None, offender)
+                accepted += 1
+            except CancellationLimitReached:
+                rejected += 1
+                offender_rejected += 1
+    assert rejected > 100_000
+    assert offender_rejected > 1_000
+
+    with UvicornThread(app) as server:
+        text = await scrape(server.url)
+    parsed = samples(text)
+    # Fixed bound: 22 counter series (+22 _created), 5+5 kind gauges, 2 limits, 2*K scopes.
+    assert len(parsed) <= 2 * 22 + 10 + 2 + 2 * top_k
+    assert len(series(parsed, P + "scope_rows")) <= top_k
+    rejections = series(parsed, P + "scope_rejections")
+    assert len(rejections) == top_k
+    # Space-Saving never underestimates, and a persistent offender is always kept.
+    assert rejections[frozenset({("scope", offender)})] >= offender_rejected
+    assert value(parsed, P + "rejected_total", scope_kind="ip", reason="quota") == rejected
+    assert value(parsed, P + "cancelled_total", scope_kind="ip") == accepted
+    rows = value(parsed, P + "rows", scope_kind="ip")
+    assert 950 < rows <= 1_000  # the cap evicts in batches of max_rows // 20
+    assert value(parsed, P + "evicted_total", scope_kind="ip") == accepted - rows
+
+
+async def test_session_scopes_are_hashed_everywhere(make_memory_registry: Any) -> None:
+    registry: CancellationRegistry = make_memory_registry(max_rows_per_scope=1)
+    app = metrics_app(registry)
+    sessions = [f"{SESSION_ID}-{n}" for n in range(30)]
+    for session_id in sessions:
+        await registry.cancel(1, None, f"session:{session_id}")
+        with pytest.raises(CancellationLimitReached):
+            await registry.cancel(2, None, f"session:{session_id}")
+    with UvicornThread(app) as server:
+        text = await scrape(server.url)
+    assert SESSION_ID not in text
+    parsed = samples(text)
+    for name in (P + "scope_rows", P + "scope_rejections"):
+        labels = {dict(k)["scope"] for k in series(parsed, name)}
+        assert len(labels) == 20
+        assert all(SESSION_LABEL_RE.match(label) for label in labels)
+        assert labels <= {session_label(s) for s in sessions}
+
+
+def test_session_label_key_is_configurable() -> None:
+    registry = CancellationRegistry(janitor_interval=None)
+    default = PrometheusBridge(registry, collector_registry=None)
+    keyed = PrometheusBridge(registry, collector_registry=None, hash_key="k1")
+    with env(**{HASH_KEY_ENV: "k1"}):
+        from_env = PrometheusBridge(registry, collector_registry=None)
+    scope = f"session:{SESSION_ID}"
+    assert default.labeler(scope) == session_label(SESSION_ID)
+    assert keyed.labeler(scope) == session_label(SESSION_ID, b"k1") == from_env.labeler(scope)
+    assert keyed.labeler(scope) != default.labeler(scope)
+    long_scope = "principal:" + "x" * 300
+    assert len(default.labeler(long_scope)) == 128
+    assert default.labeler(long_scope) != default.labeler(long_scope + "y")
+    assert default.labeler("ip:192.0.2.1") == "ip:192.0.2.1"
+
+
+async def test_bridges_filter_by_sender(make_memory_registry: Any) -> None:
+    first: CancellationRegistry = make_memory_registry()
+    second: CancellationRegistry = make_memory_registry()
+    one, two = CollectorRegistry(), CollectorRegistry()
+    PrometheusBridge(first, collector_registry=one).install()
+    PrometheusBridge(second, collector_registry=two).install()
+    await first.cancel(1, None, "ip:192.0.2.1")
+    await first.cancel(2, None, "ip:192.0.2.1")
+    await second.cancel(1, None, "principal:bob")
+    a = samples(generate_latest(one).decode())
+    b = samples(generate_latest(two).decode())
+    assert value(a, P + "cancelled_total", scope_kind="ip") == 2
+    assert value(a, P + "cancelled_total", scope_kind="principal") == 0
+    assert value(b, P + "cancelled_total", scope_kind="ip") == 0
+    assert value(b, P + "cancelled_total", scope_kind="principal") == 1
+    assert value(a, P + "rows", scope_kind="ip") == 2
+    assert value(b, P + "rows", scope_kind="ip") == 0
+
+
+async def test_install_and_uninstall_are_idempotent(
+    make_memory_registry: Any, collector_registry: CollectorRegistry
+) -> None:
+    registry: CancellationRegistry = make_memory_registry()
+    before = len(signals.request_cancelled.receivers)
+    bridge = PrometheusBridge(registry, collector_registry=collector_registry)
+    assert bridge.install() is bridge.install() is bridge
+    await registry.cancel(1)
+    parsed = samples(generate_latest(collector_registry).decode())
+    assert value(parsed, P + "cancelled_total", scope_kind="global") == 1  # counted once
+
+    other = PrometheusBridge(make_memory_registry(), collector_registry=collector_registry)
+    with pytest.raises(ConfigurationError):
+        other.install()  # one bridge per CollectorRegistry
+    assert not other.installed
+
+    bridge.uninstall()
+    bridge.uninstall()
+    assert len(signals.request_cancelled.receivers) == before
+    assert generate_latest(collector_registry) == b""
+    await registry.cancel(2)  # nothing listens any more
+    bridge.install()  # and it can come back
+    await registry.cancel(3)
+    parsed = samples(generate_latest(collector_registry).decode())
+    assert value(parsed, P + "cancelled_total", scope_kind="global") == 1
+    bridge.uninstall()
+
+
+async def test_metrics_app_reuses_its_bridge(make_memory_registry: Any) -> None:
+    registry: CancellationRegistry = make_memory_registry()
+    first, second = metrics_app(registry), metrics_app(registry)
+    assert first.bridge is second.bridge
+    with pytest.raises(ConfigurationError):
+        metrics_app(registry, top_k=5)
+    await registry.cancel(1)
+    body, _ = await first.bridge.render()
+    assert value(samples(body.decode()), P + "cancelled_total", scope_kind="global") == 1
+    first.bridge.uninstall()
+
+
+def test_bridge_goes_away_with_its_registry() -> None:
+    gc.collect()  # registries of earlier tests
+    before = len(signals.request_cancelled.receivers)
+    registry = CancellationRegistry(janitor_interval=None)
+    app = metrics_app(registry)
+    assert len(signals.request_cancelled.receivers) == before + 1
+    del registry, app
+    gc.collect()
+    assert len(signals.request_cancelled.receivers) == before
+
+
+async def test_exposition_matches_metric_names(make_memory_registry: Any) -> None:
+    registry: CancellationRegistry = make_memory_registry(max_rows=None)
+    app = metrics_app(registry)
+    await registry.cancel(1, None, "ip:192.0.2.1")
+    with pytest.raises(InvalidRequestId):
+        await registry.cancel(1.5, None, "ip:192.0.2.1")
+    body, _ = await app.bridge.render()
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    exported = set()
+    for family in families.values():
+        for sample in family.samples:
+            if not sample.name.endswith("_created"):
+                exported.add(sample.name)
+                info = METRICS[sample.name]
+                assert family.type == info.type
+                assert set(sample.labels) == set(info.labels)
+    assert exported == METRIC_NAMES
+    parsed = samples(body.decode())
+    assert value(parsed, P + "max_rows") == float("inf")  # disabled limits read +Inf
+
+
+async def test_head_and_other_methods(make_memory_registry: Any) -> None:
+    app = metrics_app(make_memory_registry())
+    with UvicornThread(app) as server:
+        async with httpx.AsyncClient() as client:
+            head = await client.head(server.url + "/metrics")
+            post = await client.post(server.url + "/metrics")
+            openmetrics = await client.get(
+                server.url + "/", headers={"accept": "application/openmetrics-text"}
+            )
+    assert head.status_code == 200
+    assert head.content == b""
+    assert post.status_code == 405
+    assert post.headers["allow"] == "GET, HEAD"
+    assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
+    assert openmetrics.text.rstrip().endswith("# EOF")
+
+
+@pytest.mark.redis
+async def test_gauges_with_redis_storage_come_from_awaited_stats(
+    redis_server: Any, collector_registry: CollectorRegistry
+) -> None:
+    from mcp_cancellation.storage.redis import RedisStorage
+
+    storage = RedisStorage.from_url(redis_server.url, prefix="telemetry-gauges")
+    registry = CancellationRegistry(storage, janitor_interval=None)
+    try:
+        app = metrics_app(registry, collector_registry=collector_registry)
+        await registry.cancel(1, None, "ip:192.0.2.1")
+        await registry.cancel(2, None, f"session:{SESSION_ID}")
+        # collect() cannot await Redis: before any snapshot there are no row gauges.
+        plain = samples(generate_latest(collector_registry).decode())
+        assert series(plain, P + "rows") == {}
+        assert value(plain, P + "cancelled_total", scope_kind="ip") == 1
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            text = (await client.get("/metrics")).text
+        parsed = samples(text)
+        assert SESSION_ID not in text
+        assert value(parsed, P + "rows", scope_kind="ip") == 1
+        assert value(parsed, P + "rows", scope_kind="session") == 1
+        assert series(parsed, P + "scope_rows") == {
+            frozenset({("scope", "ip:192.0.2.1")}): 1,
+            frozenset({("scope", session_label(SESSION_ID))}): 1,
+        }
+        # Other exposition paths use the last awaited snapshot.
+        await registry.cancel(3, None, "ip:192.0.2.1")
+        await app.bridge.refresh()
+        plain = samples(generate_latest(collector_registry).decode())
+        assert value(plain, P + "rows", scope_kind="ip") == 2
+        app.bridge.uninstall()
+    finally:
+        await registry.aclose()
