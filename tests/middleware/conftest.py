@@ -1,0 +1,309 @@
+"""Real servers for the middleware tests: the SDK's ``MCPServer`` or FastMCP, stateless
+Streamable HTTP, behind :class:`CancellationMiddleware`, served by uvicorn on 127.0.0.1.
+
+Tools record what happened to each request id in a thread-safe :class:`ToolLog` (the tools
+run on the server thread, the tests on their own loop):
+
+``poll(seconds)``   polls ``raise_if_cancelled()`` every 20 ms (``cancelled`` when it stops)
+``stuck(seconds)``  never polls (``killed`` when its task is cancelled)
+``hold(key)``       runs until the test releases *key*, ignoring cancellation
+``echo(text)``      returns at once
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from mcp_cancellation import CancellationRegistry, StorageStats, current_token
+from mcp_cancellation import signals as sig
+from mcp_cancellation.integrations.asgi import CancellationMiddleware
+from mcp_cancellation.storage.memory import MemoryStorage
+
+from ..support import UvicornThread, async_wait_until
+
+POLL = 0.02
+STREAM_CANCEL_TIMEOUT = 0.3
+SSE_AND_JSON = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+class ToolLog:
+    """What the tools did, per request id (keys as the middleware normalised them)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.outcomes: dict[str, list[str]] = {}
+        self._released: set[str] = set()
+
+    def mark(self, request_id: str, outcome: str) -> None:
+        with self._lock:
+            self.outcomes.setdefault(request_id, []).append(outcome)
+
+    def last(self, request_id: str) -> str | None:
+        with self._lock:
+            events = self.outcomes.get(request_id)
+            return events[-1] if events else None
+
+    def started(self) -> list[str]:
+        with self._lock:
+            return [key for key, events in self.outcomes.items() if "started" in events]
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            self._released.add(key)
+
+    def released(self, key: str) -> bool:
+        with self._lock:
+            return key in self._released
+
+
+def _request_key() -> str:
+    token = current_token()
+    return token.request_id if token is not None else "untracked"
+
+
+async def poll_tool(log: ToolLog, seconds: float) -> str:
+    key = _request_key()
+    log.mark(key, "started")
+    token = current_token()
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            if token is not None:
+                token.raise_if_cancelled()
+            await anyio.sleep(POLL)
+    except BaseException as exc:
+        log.mark(
+            key, "cancelled" if not isinstance(exc, anyio.get_cancelled_exc_class()) else "killed"
+        )
+        raise
+    log.mark(key, "completed")
+    return "completed"
+
+
+async def stuck_tool(log: ToolLog, seconds: float) -> str:
+    key = _request_key()
+    log.mark(key, "started")
+    try:
+        await anyio.sleep(seconds)
+    except BaseException:
+        log.mark(key, "killed")
+        raise
+    log.mark(key, "completed")
+    return "completed"
+
+
+async def hold_tool(log: ToolLog, key: str) -> str:
+    request_key = _request_key()
+    log.mark(request_key, "started")
+    deadline = time.monotonic() + 30
+    # released from the test's thread: poll, an anyio.Event is bound to one loop
+    while not log.released(key) and time.monotonic() < deadline:  # noqa: ASYNC110
+        await anyio.sleep(POLL)
+    log.mark(request_key, "completed")
+    return "completed"
+
+
+def build_sdk_app(log: ToolLog, *, json_response: bool) -> Any:
+    """The SDK's ``MCPServer`` with the test tools, as a stateless Streamable HTTP app."""
+    from mcp.server.mcpserver import MCPServer
+
+    from mcp_cancellation.tools import cancellable
+
+    server = MCPServer("middleware-tests", log_level="WARNING")
+
+    @server.tool()
+    @cancellable
+    async def poll(seconds: float) -> str:
+        return await poll_tool(log, seconds)
+
+    @server.tool()
+    async def stuck(seconds: float) -> str:
+        return await stuck_tool(log, seconds)
+
+    @server.tool()
+    async def hold(key: str) -> str:
+        return await hold_tool(log, key)
+
+    @server.tool()
+    async def echo(text: str) -> str:
+        return text
+
+    return server.streamable_http_app(stateless_http=True, json_response=json_response)
+
+
+def build_fastmcp_app(log: ToolLog, *, json_response: bool, middleware: Any = None) -> Any:
+    """The same tools on FastMCP (``fastmcp_middleware()`` answers -32800)."""
+    from fastmcp import FastMCP
+
+    from mcp_cancellation.tools import fastmcp_middleware
+
+    server = FastMCP("middleware-tests-fastmcp", middleware=[fastmcp_middleware()])
+
+    @server.tool
+    async def poll(seconds: float) -> str:
+        return await poll_tool(log, seconds)
+
+    @server.tool
+    async def stuck(seconds: float) -> str:
+        return await stuck_tool(log, seconds)
+
+    @server.tool
+    async def hold(key: str) -> str:
+        return await hold_tool(log, key)
+
+    @server.tool
+    async def echo(text: str) -> str:
+        return text
+
+    return server.http_app(
+        path="/mcp", stateless_http=True, json_response=json_response, middleware=middleware
+    )
+
+
+@dataclass
+class Harness:
+    """A running server and what the tests observe of it."""
+
+    server: UvicornThread
+    registry: CancellationRegistry
+    log: ToolLog
+    cancellations: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.server.url + "/mcp"
+
+    def stats(self) -> StorageStats:
+        storage = self.registry.storage
+        assert isinstance(storage, MemoryStorage)
+        return storage.stats_nowait()
+
+    async def wait_empty(self) -> None:
+        """No row left behind: neither cancellations nor in-flight requests."""
+
+        def empty() -> bool:
+            stats = self.stats()
+            return stats.total_rows == 0 and stats.total_in_flight == 0
+
+        await async_wait_until(empty, within=10)
+
+    async def wait_started(self, count: int = 1) -> list[str]:
+        await async_wait_until(lambda: len(self.log.started()) >= count, within=10)
+        return self.log.started()
+
+    async def wait_outcome(self, request_id: str, *outcomes: str) -> str:
+        await async_wait_until(lambda: self.log.last(request_id) in outcomes, within=10)
+        outcome = self.log.last(request_id)
+        assert outcome is not None
+        return outcome
+
+
+Serve = Callable[..., Harness]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """Start servers: ``serve(flavour="sdk"|"fastmcp", json_response=..., **middleware)``."""
+    started: list[tuple[UvicornThread, CancellationRegistry, Any]] = []
+
+    def start(
+        flavour: str = "sdk",
+        *,
+        json_response: bool = False,
+        registry: CancellationRegistry | None = None,
+        **options: Any,
+    ) -> Harness:
+        log = ToolLog()
+        registry = registry or CancellationRegistry(MemoryStorage(), janitor_interval=None)
+        options.setdefault("stream_cancel_timeout", STREAM_CANCEL_TIMEOUT)
+        if flavour == "sdk":
+            app: Any = CancellationMiddleware(
+                build_sdk_app(log, json_response=json_response), registry=registry, **options
+            )
+        elif flavour == "fastmcp":
+            from starlette.middleware import Middleware
+
+            app = build_fastmcp_app(
+                log,
+                json_response=json_response,
+                middleware=[Middleware(CancellationMiddleware, registry=registry, **options)],  # type: ignore[arg-type]
+            )
+        else:  # pragma: no cover
+            raise ValueError(flavour)
+        server = UvicornThread(app)
+        harness = Harness(server, registry, log)
+
+        def record(sender: Any, **kwargs: Any) -> None:
+            harness.cancellations.append(kwargs)
+
+        sig.request_cancelled.connect(record, sender=registry, weak=False)
+        started.append((server, registry, record))
+        server.start()
+        return harness
+
+    yield start
+    for server, registry, record in started:
+        server.stop()
+        sig.request_cancelled.disconnect(record, sender=registry)
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    """A raw HTTP client from 127.0.0.1."""
+    async with httpx.AsyncClient(timeout=20) as client:
+        yield client
+
+
+@pytest.fixture
+async def other_http() -> AsyncIterator[httpx.AsyncClient]:
+    """A raw HTTP client from another address, 127.0.0.2 (another ``ip:`` scope)."""
+    transport = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+    async with httpx.AsyncClient(timeout=20, transport=transport) as client:
+        yield client
+
+
+def call_body(request_id: object, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+
+
+def cancel_body(request_id: object, reason: str | None = "test") -> dict[str, Any]:
+    params: dict[str, Any] = {"requestId": request_id}
+    if reason is not None:
+        params["reason"] = reason
+    return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
+
+
+def jsonrpc_messages(response: httpx.Response) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of a response, JSON or SSE."""
+    import json
+
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        return [
+            json.loads(line[5:].strip())
+            for line in response.text.splitlines()
+            if line.startswith("data:") and line[5:].strip()
+        ]
+    if not response.content:
+        return []
+    decoded = response.json()
+    return decoded if isinstance(decoded, list) else [decoded]
+
+
+def final_message(response: httpx.Response) -> dict[str, Any]:
+    """The response (result or error) among a response's JSON-RPC messages."""
+    messages = [m for m in jsonrpc_messages(response) if "result" in m or "error" in m]
+    assert len(messages) == 1, response.text
+    return messages[0]

@@ -1,0 +1,131 @@
+"""``notifications/cancelled`` on one POST stops the tool running on another POST of the
+same caller, and nobody else's notification touches it."""
+
+from __future__ import annotations
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult
+
+from mcp_cancellation import REQUEST_CANCELLED
+
+from ..support import async_wait_until
+from .conftest import SSE_AND_JSON, Serve, call_body, cancel_body, final_message
+
+pytestmark = pytest.mark.e2e
+
+FLAVOURS = ["sdk", "fastmcp"]
+MODES = [pytest.param(False, id="sse"), pytest.param(True, id="json")]
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+@pytest.mark.parametrize("json_response", MODES)
+async def test_second_connection_cancels_and_client_gets_32800(
+    serve: Serve, http: httpx.AsyncClient, flavour: str, json_response: bool
+) -> None:
+    harness = serve(flavour, json_response=json_response)
+    outcome: dict[str, object] = {}
+    async with Client(harness.url, mode="legacy") as client:
+
+        async def call() -> None:
+            try:
+                outcome["result"] = await client.call_tool("poll", {"seconds": 30})
+            except MCPError as exc:
+                outcome["error"] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            (request_id,) = await harness.wait_started()
+            answer = await http.post(
+                harness.url,
+                json=cancel_body(int(request_id), "user pressed stop"),
+                headers=SSE_AND_JSON,
+            )
+            assert answer.status_code == 202
+    error = outcome.get("error")
+    assert isinstance(error, MCPError), outcome
+    assert error.code == REQUEST_CANCELLED
+    assert error.message == "Request cancelled"
+    assert error.data == {"reason": "user pressed stop"}
+    assert harness.log.last(request_id) == "cancelled"  # stopped by polling, not completed
+    assert [c["method"] for c in harness.cancellations] == ["notifications/cancelled"]
+    assert harness.cancellations[0]["scope"] == "ip:127.0.0.1"
+    await harness.wait_empty()
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+async def test_other_caller_cannot_cancel(
+    serve: Serve, http: httpx.AsyncClient, other_http: httpx.AsyncClient, flavour: str
+) -> None:
+    harness = serve(flavour, json_response=True)
+    outcome: dict[str, object] = {}
+    async with Client(harness.url, mode="legacy") as client:
+
+        async def call() -> None:
+            outcome["result"] = await client.call_tool("hold", {"key": "victim"})
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            (request_id,) = await harness.wait_started()
+            # Another address sends notifications/cancelled for ids 1..1000, as ints and
+            # as strings, while the victim's tool runs.
+            limiter = anyio.CapacityLimiter(16)
+
+            async def attack(target: object) -> None:
+                async with limiter:
+                    answer = await other_http.post(
+                        harness.url, json=cancel_body(target, "attack"), headers=SSE_AND_JSON
+                    )
+                    assert answer.status_code == 202
+
+            async with anyio.create_task_group() as attackers:
+                for target in range(1, 1001):
+                    attackers.start_soon(attack, target)
+                for target in range(1, 21):
+                    attackers.start_soon(attack, str(target))
+            # The attacker holds no rows, and nothing was recorded for the victim.
+            stats = harness.stats()
+            assert stats.rows == {}
+            assert harness.cancellations == []
+            harness.log.release("victim")
+    result = outcome.get("result")
+    assert isinstance(result, CallToolResult), outcome
+    assert not result.is_error
+    assert harness.log.last(request_id) == "completed"
+    await harness.wait_empty()
+
+
+async def test_same_id_two_callers_cancel_one_only(
+    serve: Serve, http: httpx.AsyncClient, other_http: httpx.AsyncClient
+) -> None:
+    harness = serve("sdk", json_response=True)
+    answers: dict[str, httpx.Response] = {}
+
+    async def call(
+        name: str, client: httpx.AsyncClient, tool: str, arguments: dict[str, object]
+    ) -> None:
+        answers[name] = await client.post(
+            harness.url, json=call_body(5, tool, arguments), headers=SSE_AND_JSON
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, "a", http, "poll", {"seconds": 30})
+        await harness.wait_started(1)
+        tg.start_soon(call, "b", other_http, "poll", {"seconds": 30})
+        # Both requests use id 5, each in its own caller's scope.
+        await async_wait_until(lambda: harness.stats().total_in_flight == 2, within=10)
+        answer = await http.post(harness.url, json=cancel_body(5), headers=SSE_AND_JSON)
+        assert answer.status_code == 202
+        await async_wait_until(lambda: "a" in answers, within=10)
+        # B is untouched: still running, then cancelled by its own caller.
+        assert "b" not in answers
+        assert harness.stats().in_flight == {"ip:127.0.0.2": 1}
+        answer = await other_http.post(harness.url, json=cancel_body(5), headers=SSE_AND_JSON)
+        assert answer.status_code == 202
+    assert final_message(answers["a"])["error"]["code"] == REQUEST_CANCELLED
+    assert final_message(answers["b"])["error"]["code"] == REQUEST_CANCELLED
+    assert [c["scope"] for c in harness.cancellations] == ["ip:127.0.0.1", "ip:127.0.0.2"]
+    await harness.wait_empty()
