@@ -112,7 +112,9 @@ def _forwarded_chain(scope: Mapping[str, Any]) -> list[str]:
                 if key.lower() == "for":
                     chain.append(value)
         return chain
-    return ",".join(_header_values(scope, b"x-forwarded-for")).split(",")
+    values = _header_values(scope, b"x-forwarded-for")
+    # No header means no proxy spoke: an empty chain, so the peer itself is the client.
+    return ",".join(values).split(",") if values else []
 
 
 def client_address(scope: Mapping[str, Any], trusted_proxies: Iterable[str] = ()) -> str | None:
