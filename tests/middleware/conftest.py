@@ -234,7 +234,7 @@ def serve() -> Iterator[Serve]:
             app = build_fastmcp_app(
                 log,
                 json_response=json_response,
-                middleware=[Middleware(CancellationMiddleware, registry=registry, **options)],  # type: ignore[arg-type]
+                middleware=[Middleware(CancellationMiddleware, registry=registry, **options)],
             )
         else:  # pragma: no cover
             raise ValueError(flavour)

@@ -3,6 +3,8 @@ same caller, and nobody else's notification touches it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import httpx
 import pytest
@@ -105,7 +107,7 @@ async def test_same_id_two_callers_cancel_one_only(
     answers: dict[str, httpx.Response] = {}
 
     async def call(
-        name: str, client: httpx.AsyncClient, tool: str, arguments: dict[str, object]
+        name: str, client: httpx.AsyncClient, tool: str, arguments: dict[str, Any]
     ) -> None:
         answers[name] = await client.post(
             harness.url, json=call_body(5, tool, arguments), headers=SSE_AND_JSON

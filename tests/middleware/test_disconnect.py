@@ -1,0 +1,142 @@
+"""A client that closes its stream cancels its request: every protocol version, both
+response modes, polling tools and tools that never poll."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+
+from ..support import async_wait_until
+from .conftest import SSE_AND_JSON, Harness, Serve, call_body
+
+pytestmark = pytest.mark.e2e
+
+MODERN = "2026-07-28"
+HANDSHAKE = "2025-11-25"
+
+
+def versioned_call(
+    version: str, request_id: object, tool: str, arguments: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """A ``tools/call`` body and headers as a client at *version* sends them."""
+    body = call_body(request_id, tool, arguments)
+    headers = {**SSE_AND_JSON, "mcp-protocol-version": version}
+    if version == MODERN:
+        body["params"]["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": version,
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        headers.update({"mcp-method": "tools/call", "mcp-name": tool})
+    return body, headers
+
+
+async def call_then_hang_up(
+    harness: Harness, http: httpx.AsyncClient, version: str, tool: str, request_id: object
+) -> str:
+    """Start *tool*, wait until it runs, then close the connection; return its key."""
+    body, headers = versioned_call(version, request_id, tool, {"seconds": 30})
+
+    async def call() -> None:
+        async with http.stream("POST", harness.url, json=body, headers=headers) as response:
+            async for _ in response.aiter_bytes():
+                pass
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        (key,) = await harness.wait_started()
+        tg.cancel_scope.cancel()  # abandons the response: httpx closes the connection
+    return key
+
+
+async def wait_disconnect_recorded(harness: Harness, key: str) -> None:
+    await async_wait_until(lambda: len(harness.cancellations) >= 1, within=10)
+    (recorded,) = harness.cancellations
+    assert recorded["method"] == "disconnect"
+    assert recorded["reason"] == "client disconnected"
+    assert recorded["request_id"] == key
+    assert recorded["scope"] == "ip:127.0.0.1"
+
+
+@pytest.mark.parametrize("flavour", ["sdk", "fastmcp"])
+@pytest.mark.parametrize("version", [HANDSHAKE, MODERN])
+@pytest.mark.parametrize(
+    "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
+)
+async def test_disconnect_cancels_polling_tool(
+    serve: Serve, http: httpx.AsyncClient, flavour: str, version: str, json_response: bool
+) -> None:
+    harness = serve(flavour, json_response=json_response)
+    key = await call_then_hang_up(harness, http, version, "poll", "hang-up-1")
+    assert key == "hang-up-1"
+    await wait_disconnect_recorded(harness, key)
+    # Polling tools see cancelled() (JSON mode); in SSE mode the SDK may cancel first.
+    outcome = await harness.wait_outcome(key, "cancelled", "killed", "completed")
+    assert outcome != "completed"
+    if json_response:
+        assert outcome == "cancelled"
+    await harness.wait_empty()
+
+
+@pytest.mark.parametrize("version", [HANDSHAKE, MODERN])
+@pytest.mark.parametrize(
+    "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
+)
+async def test_tool_ignoring_polling_is_cancelled_after_timeout(
+    serve: Serve, http: httpx.AsyncClient, version: str, json_response: bool
+) -> None:
+    harness = serve("sdk", json_response=json_response, stream_cancel_timeout=0.2)
+    key = await call_then_hang_up(harness, http, version, "stuck", 77)
+    await wait_disconnect_recorded(harness, key)
+    assert await harness.wait_outcome(key, "killed", "completed") == "killed"
+    await harness.wait_empty()
+
+
+async def test_no_timeout_means_tool_keeps_running_but_sees_cancelled(
+    serve: Serve, http: httpx.AsyncClient
+) -> None:
+    harness = serve("sdk", json_response=True, stream_cancel_timeout=None)
+    body, headers = versioned_call(HANDSHAKE, "holder", "hold", {"key": "k"})
+
+    async def call() -> None:
+        await http.post(harness.url, json=body, headers=headers)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        (key,) = await harness.wait_started()
+        tg.cancel_scope.cancel()
+    await wait_disconnect_recorded(harness, key)
+    assert harness.log.last(key) == "started"  # nothing killed it
+    harness.log.release("k")
+    assert await harness.wait_outcome(key, "completed") == "completed"
+    await harness.wait_empty()
+
+
+@pytest.mark.parametrize(
+    "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
+)
+async def test_mcp_client_at_2026_cancels_by_closing_its_stream(
+    serve: Serve, json_response: bool
+) -> None:
+    harness = serve("sdk", json_response=json_response)
+    async with Client(harness.url, mode=MODERN) as client, anyio.create_task_group() as tg:
+        tg.start_soon(client.call_tool, "poll", {"seconds": 30})
+        (key,) = await harness.wait_started()
+        tg.cancel_scope.cancel()
+    await wait_disconnect_recorded(harness, key)
+    assert await harness.wait_outcome(key, "cancelled", "killed", "completed") != "completed"
+    await harness.wait_empty()
+
+
+async def test_finished_response_is_not_a_disconnect(serve: Serve, http: httpx.AsyncClient) -> None:
+    harness = serve("sdk", json_response=False)
+    for version in (HANDSHAKE, MODERN):
+        body, headers = versioned_call(version, 1, "echo", {"text": "hi"})
+        response = await http.post(harness.url, json=body, headers=headers)
+        assert response.status_code == 200
+        assert "hi" in response.text
+    await harness.wait_empty()
+    assert harness.cancellations == []
