@@ -20,10 +20,12 @@ from mcp_cancellation import CancellationLimitReached, CancellationRegistry
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge, metrics_app
 
 OFFENDER = "ip:203.0.113.66"
+_alive: list[CancellationRegistry] = []  # a live worker's registry outlives work()
 
 
 async def work(n: int, live: bool) -> PrometheusBridge:
     registry = CancellationRegistry(max_rows_per_scope=2, janitor_interval=None)
+    _alive.append(registry)
     bridge = PrometheusBridge(registry, collector_registry=CollectorRegistry()).install()
     for i in range(n):
         await registry.cancel(i, None, f"ip:10.0.{os.getpid() % 250}.{i}")

@@ -212,8 +212,8 @@ class _HitterFiles:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            if self._dirty.is_set():
-                self.flush()
+            self.flush()
+        self.flush()  # stopping (uninstall, or the registry was garbage-collected)
 
     def flush(self) -> None:
         """Write this process's counts now (if they changed since the last write)."""
