@@ -36,6 +36,7 @@ import dataclasses
 import ipaddress
 import itertools
 import json
+import math
 import random
 import sys
 import time
@@ -62,6 +63,10 @@ REQUEST_CANCELLED = -32800
 QUOTA_REACHED = -32000
 INVALID_PARAMS = -32602
 
+_FLOOD_CONNECTIONS = 32
+_DEFAULT_HOG_CALLS = 24
+_MAX_HOG_CALLS = 400
+
 _HEADERS = {
     "Content-Type": "application/json",
     "Accept": "application/json, text/event-stream",
@@ -77,15 +82,18 @@ class SimulationConfig:
     duration: float = 30.0
     max_requests: int = 200_000
     clients: int = 4
-    call_seconds: float = 3.0
+    call_seconds: int = 3
     cancel_share: float = 0.8
     flood_rate: float = 100.0
     flood_addresses: int = 500
     flood_max_id: int = 1000
     flood_invalid_share: float = 0.02
     hogs: int = 2
-    hog_calls: int = 24
-    hog_call_seconds: float = 30.0
+    #: calls each hog keeps in flight; 0: the server's quota and a half, read from /metrics
+    hog_calls: int = 0
+    hog_tool: str = "stubborn_sleep"
+    hog_call_seconds: float = 20.0
+    hog_interval: float = 0.5
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -101,6 +109,8 @@ class SimulationConfig:
             raise ValueError("shares must be between 0 and 1")
         if self.flood_rate < 0 or self.call_seconds <= 0 or self.hog_call_seconds <= 0:
             raise ValueError("rates and call durations must be positive")
+        if self.hog_interval <= 0:
+            raise ValueError("hog_interval must be positive")
 
 
 @dataclasses.dataclass
@@ -117,6 +127,8 @@ class SimulationStats:
     quota_rejected: int = 0
     invalid_rejected: int = 0
     flood_sent: int = 0
+    flood_ignored: int = 0
+    hog_calls: int = 0
     transport_errors: int = 0
     http_errors: int = 0
     elapsed: float = 0.0
@@ -208,19 +220,21 @@ def _parse_messages(response: httpx.Response, body: bytes) -> list[dict[str, Any
 
 
 class _Simulation:
-    def __init__(self, config: SimulationConfig, client: httpx.AsyncClient) -> None:
+    def __init__(self, config: SimulationConfig, hog_calls: int) -> None:
         self.config = config
-        self.client = client
-        self.stats = SimulationStats()
+        self.hog_calls = hog_calls
+        self.stats = SimulationStats(hog_calls=hog_calls)
         self.budget = _Budget(config, self.stats)
         self.random = random.Random(config.seed)
         self.url = config.url
 
-    async def _post(self, address: str, payload: object) -> tuple[int, list[dict[str, Any]]]:
+    async def _post(
+        self, client: httpx.AsyncClient, address: str, payload: object
+    ) -> tuple[int, list[dict[str, Any]]]:
         """POST one JSON-RPC message as *address*; (HTTP status, messages), or (0, [])."""
         headers = {**_HEADERS, "X-Forwarded-For": address}
         try:
-            async with self.client.stream(
+            async with client.stream(
                 "POST", self.url, headers=headers, content=json.dumps(payload)
             ) as response:
                 body = await response.aread()
@@ -231,8 +245,10 @@ class _Simulation:
             self.stats.http_errors += 1
         return response.status_code, _parse_messages(response, body)
 
-    async def call(self, address: str, request_id: int, seconds: float) -> None:
-        """Call ``slow_count`` and count how it ended."""
+    async def call(
+        self, client: httpx.AsyncClient, address: str, request_id: int, tool: str, seconds: float
+    ) -> None:
+        """Call *tool* (``slow_count`` or the hog's) and count how it ended."""
         if not self.budget.take():
             return
         self.stats.calls_started += 1
@@ -240,9 +256,9 @@ class _Simulation:
             "jsonrpc": "2.0",
             "id": request_id,
             "method": "tools/call",
-            "params": {"name": "slow_count", "arguments": {"seconds": seconds}},
+            "params": {"name": tool, "arguments": {"seconds": seconds}},
         }
-        _, messages = await self._post(address, payload)
+        _, messages = await self._post(client, address, payload)
         answer = next((m for m in messages if m.get("id") == request_id), None)
         if answer is None:
             self.stats.calls_failed += 1
@@ -253,7 +269,9 @@ class _Simulation:
         else:
             self.stats.calls_failed += 1
 
-    async def cancel(self, address: str, request_id: object, *, flood: bool = False) -> None:
+    async def cancel(
+        self, client: httpx.AsyncClient, address: str, request_id: object, *, flood: bool = False
+    ) -> None:
         """Send ``notifications/cancelled`` for *request_id* as *address*."""
         if not self.budget.take():
             return
@@ -266,74 +284,91 @@ class _Simulation:
             "method": "notifications/cancelled",
             "params": {"requestId": request_id, "reason": "simulated: user pressed stop"},
         }
-        status, messages = await self._post(address, payload)
+        status, messages = await self._post(client, address, payload)
         codes = {_error_code(m) for m in messages}
         if QUOTA_REACHED in codes:
             self.stats.quota_rejected += 1
         elif INVALID_PARAMS in codes:
             self.stats.invalid_rejected += 1
+        elif status == 202 and flood:
+            self.stats.flood_ignored += 1
         elif status == 202:
             self.stats.cancels_accepted += 1
 
-    async def well_behaved(self, index: int) -> None:
+    async def well_behaved(self, client: httpx.AsyncClient, index: int) -> None:
         """Call a slow tool, usually cancel it from another POST of the same scope."""
         address = f"192.0.2.{10 + index}"
+        seconds = self.config.call_seconds
         for request_id in itertools.count(1):
-            call = asyncio.create_task(self.call(address, request_id, self.config.call_seconds))
-            wait = self.random.uniform(0.2, min(1.0, self.config.call_seconds * 0.8))
+            call = asyncio.create_task(
+                self.call(client, address, request_id, "slow_count", seconds)
+            )
+            wait = self.random.uniform(0.2, max(0.3, min(1.0, seconds * 0.8)))
             if not await self.budget.sleep(wait):
                 await _finish(call)
                 return
             if self.random.random() < self.config.cancel_share:
-                await self.cancel(address, request_id)
+                await self.cancel(client, address, request_id)
             await _finish(call, stop=self.budget.stop)
             if not await self.budget.sleep(self.random.uniform(0.05, 0.3)):
                 return
 
-    async def hog(self, index: int) -> None:
-        """Keep more calls in flight than the quota allows and cancel them all in bursts."""
+    async def hog(self, client: httpx.AsyncClient, index: int) -> None:
+        """Keep more calls in flight than the quota allows and cancel them all, again and
+        again: the scope sits at its quota and the surplus cancellations are rejected."""
         address = f"192.0.2.{200 + index}"
         ids = itertools.count(1)
         calls: dict[int, asyncio.Task[None]] = {}
+        limit = asyncio.Semaphore(16)
+
+        async def cancel(request_id: int) -> None:
+            async with limit:
+                await self.cancel(client, address, request_id)
+
         try:
             while not self.budget.stop.is_set():
                 for request_id, task in list(calls.items()):
                     if task.done():
                         del calls[request_id]
-                while len(calls) < self.config.hog_calls and not self.budget.stop.is_set():
+                while len(calls) < self.hog_calls and not self.budget.stop.is_set():
                     request_id = next(ids)
+                    # Staggered lengths, so the calls do not all end (and drain) together.
+                    seconds = round(self.config.hog_call_seconds * self.random.uniform(0.5, 1), 1)
                     calls[request_id] = asyncio.create_task(
-                        self.call(address, request_id, self.config.hog_call_seconds)
+                        self.call(client, address, request_id, self.config.hog_tool, seconds)
                     )
-                if not await self.budget.sleep(0.25):  # let the new calls reach the server
+                if not await self.budget.sleep(0.2):  # let the new calls reach the server
                     break
-                await asyncio.gather(*(self.cancel(address, i) for i in list(calls)))
-                if not await self.budget.sleep(0.25):
+                await asyncio.gather(*(cancel(i) for i in list(calls)))
+                if not await self.budget.sleep(self.config.hog_interval):
                     break
         finally:
             for task in calls.values():
                 task.cancel()  # closing the stream cancels the call on the server too
             await asyncio.gather(*calls.values(), return_exceptions=True)
 
-    async def flood(self) -> None:
+    async def flood(self, client: httpx.AsyncClient) -> None:
         """``notifications/cancelled`` for ids 1..N from many addresses, at a fixed rate."""
         if self.config.flood_rate <= 0 or self.config.flood_addresses == 0:
             return
         pool = _address_pool(self.config.flood_addresses)
         interval = 1.0 / self.config.flood_rate
-        limit = asyncio.Semaphore(32)
+        limit = asyncio.Semaphore(_FLOOD_CONNECTIONS)
         pending: set[asyncio.Task[None]] = set()
         ids = itertools.cycle(range(1, self.config.flood_max_id + 1))
 
         async def one(address: str, request_id: object) -> None:
-            async with limit:
-                await self.cancel(address, request_id, flood=True)
+            try:
+                await self.cancel(client, address, request_id, flood=True)
+            finally:
+                limit.release()
 
         next_at = time.monotonic()
         while not self.budget.stop.is_set():
             request_id: object = next(ids)
             if self.random.random() < self.config.flood_invalid_share:
                 request_id = self.random.choice([True, 1.5, "x" * 300, {"id": 1}])
+            await limit.acquire()  # back-pressure: at most _FLOOD_CONNECTIONS outstanding
             task = asyncio.create_task(one(self.random.choice(pool), request_id))
             pending.add(task)
             task.add_done_callback(pending.discard)
@@ -343,32 +378,49 @@ class _Simulation:
                 break
             if delay <= -1.0:  # fell behind (server slower than the rate): do not burst
                 next_at = time.monotonic()
-            if len(pending) > 256:
-                await asyncio.sleep(0.01)
         await asyncio.gather(*pending, return_exceptions=True)
 
     async def run(self, on_progress: Callable[[SimulationStats, float], None] | None) -> None:
-        tasks = [asyncio.create_task(self.well_behaved(i)) for i in range(self.config.clients)]
-        tasks += [asyncio.create_task(self.hog(i)) for i in range(self.config.hogs)]
-        tasks.append(asyncio.create_task(self.flood()))
-        try:
-            while not self.budget.stop.is_set():
-                elapsed = time.monotonic() - self.budget.start
-                self.stats.elapsed = elapsed
+        timeout = httpx.Timeout(
+            max(self.config.call_seconds, self.config.hog_call_seconds) + 15, connect=5
+        )
+
+        def client(connections: int) -> httpx.AsyncClient:
+            # One small pool per caller: httpx scans its whole pool on every request.
+            return httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=connections),
+                timeout=timeout,
+                trust_env=False,
+            )
+
+        async with contextlib.AsyncExitStack() as stack:
+            tasks: list[asyncio.Task[None]] = []
+            for i in range(self.config.clients):
+                c = await stack.enter_async_context(client(4))
+                tasks.append(asyncio.create_task(self.well_behaved(c, i)))
+            for i in range(self.config.hogs):
+                c = await stack.enter_async_context(client(self.hog_calls + 16))
+                tasks.append(asyncio.create_task(self.hog(c, i)))
+            c = await stack.enter_async_context(client(_FLOOD_CONNECTIONS))
+            tasks.append(asyncio.create_task(self.flood(c)))
+            try:
+                while not self.budget.stop.is_set():
+                    elapsed = time.monotonic() - self.budget.start
+                    self.stats.elapsed = elapsed
+                    if on_progress is not None:
+                        on_progress(self.stats, min(1.0, elapsed / self.config.duration))
+                    if elapsed >= self.config.duration:
+                        self.budget.stop.set()
+                        break
+                    await self.budget.sleep(0.2)
+                await asyncio.wait_for(asyncio.gather(*tasks), timeout=15)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                self.stats.elapsed = time.monotonic() - self.budget.start
                 if on_progress is not None:
-                    on_progress(self.stats, min(1.0, elapsed / self.config.duration))
-                if elapsed >= self.config.duration:
-                    self.budget.stop.set()
-                    break
-                await self.budget.sleep(0.2)
-            await asyncio.wait_for(asyncio.gather(*tasks), timeout=15)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self.stats.elapsed = time.monotonic() - self.budget.start
-            if on_progress is not None:
-                on_progress(self.stats, 1.0)
+                    on_progress(self.stats, 1.0)
 
 
 def _error_code(message: dict[str, Any]) -> int | None:
@@ -404,12 +456,36 @@ async def simulate(
     on_progress: Callable[[SimulationStats, float], None] | None = None,
 ) -> SimulationStats:
     """Run the simulation described by *config* and return what it counted."""
-    limits = httpx.Limits(max_connections=64 + config.clients * 2 + config.hogs * config.hog_calls)
-    timeout = httpx.Timeout(max(config.call_seconds, config.hog_call_seconds) + 15, connect=5)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
-        simulation = _Simulation(config, client)
-        await simulation.run(on_progress)
-        return simulation.stats
+    hog_calls = config.hog_calls
+    if hog_calls == 0 and config.hogs:
+        quota = await server_quota(config.url)
+        hog_calls = (
+            _DEFAULT_HOG_CALLS if quota is None else min(_MAX_HOG_CALLS, quota + quota // 2 + 2)
+        )
+    simulation = _Simulation(config, hog_calls)
+    await simulation.run(on_progress)
+    return simulation.stats
+
+
+async def server_quota(url: str) -> int | None:
+    """The server's ``max_rows_per_scope``, read from ``/metrics`` next to *url*, if any."""
+    metrics = urllib.parse.urljoin(url, "/metrics")
+    try:
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
+            response = await client.get(metrics)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    for line in response.text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "mcp_cancellation_max_rows_per_scope":
+            try:
+                quota = float(value)
+            except ValueError:
+                return None
+            return int(quota) if math.isfinite(quota) and quota >= 1 else None
+    return None
 
 
 class _ProgressBar:
@@ -454,11 +530,18 @@ def add_parser(subparsers: Any) -> None:
     arg("--duration", type=float, default=defaults.duration, help="seconds (default %(default)s)")
     arg("--max-requests", type=int, default=defaults.max_requests, help="HTTP request budget")
     arg("--clients", type=int, default=defaults.clients, help="well-behaved clients")
-    arg("--call-seconds", type=float, default=defaults.call_seconds, help="slow_count length")
+    arg("--call-seconds", type=int, default=defaults.call_seconds, help="slow_count length")
     arg("--flood-rate", type=float, default=defaults.flood_rate, help="flood notifications/s")
     arg("--flood-addresses", type=int, default=defaults.flood_addresses, help="flood sources")
     arg("--hogs", type=int, default=defaults.hogs, help="scopes that sit at their quota")
-    arg("--hog-calls", type=int, default=defaults.hog_calls, help="calls each hog keeps open")
+    arg(
+        "--hog-calls",
+        type=int,
+        default=defaults.hog_calls,
+        help="calls each hog keeps in flight (default: 1.5 x the server's quota, from /metrics)",
+    )
+    arg("--hog-tool", default=defaults.hog_tool, help="a tool that ignores cancellation polls")
+    arg("--hog-call-seconds", type=float, default=defaults.hog_call_seconds, help="its length")
     arg("--seed", type=int, default=None, help="random seed, for repeatable runs")
     arg("--json", action="store_true", help="print the final counts as JSON on stdout")
     arg("--no-progress", action="store_true", help="no progress bar")
@@ -478,6 +561,8 @@ def run(args: argparse.Namespace) -> int:
             flood_addresses=args.flood_addresses,
             hogs=args.hogs,
             hog_calls=args.hog_calls,
+            hog_tool=args.hog_tool,
+            hog_call_seconds=args.hog_call_seconds,
             seed=args.seed,
         )
     except ValueError as exc:

@@ -1,0 +1,171 @@
+"""Real processes for the dashboard tests: the demo server and a Prometheus server.
+
+Both run as subprocesses on free 127.0.0.1 ports with their own temporary directories, and
+are stopped (terminate, then kill) when the block ends.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..support import free_port, wait_until
+
+__all__ = ["DemoProcess", "PrometheusServer", "binary", "stop"]
+
+
+def binary(name: str) -> str:
+    """Path of a Debian ``prometheus`` package binary; fail with how to install it."""
+    path = shutil.which(name)
+    if path is None:  # pragma: no cover - ./dev test installs it
+        raise RuntimeError(f"{name} is not installed; run ./dev test (apt-get install prometheus)")
+    return path
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            process.kill()
+            process.wait(timeout=10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+class DemoProcess:
+    """``mcp-cancellation demo`` in a subprocess, exactly as a user starts it."""
+
+    def __init__(self, *args: str, log: Path) -> None:
+        self.port = free_port()
+        self.args = args
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> DemoProcess:
+        command = [sys.executable, "-m", "mcp_cancellation", "demo", "--host", "127.0.0.1"]
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [*command, "--port", str(self.port), *self.args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        wait_until(
+            lambda: _answers(f"{self.url}/metrics") or self.process.poll() is not None,
+            timeout=30,
+            interval=0.1,
+        )
+        if self.process.poll() is not None:
+            raise RuntimeError(f"demo exited: {self.log.read_text(errors='replace')}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            stop(self.process)
+
+
+class PrometheusServer:
+    """A real Prometheus server on loopback, scraping *targets* every second.
+
+    *rule_files* are copied next to the configuration; rules are evaluated every second.
+    """
+
+    def __init__(self, targets: Sequence[str], rule_files: Sequence[Path] = ()) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="mcp-cancellation-prometheus-"))
+        self.targets = targets
+        self.rule_files = rule_files
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _config(self) -> str:
+        rules = []
+        for index, path in enumerate(self.rule_files):
+            copy = self.dir / f"rules-{index}.yaml"
+            shutil.copyfile(path, copy)
+            rules.append(str(copy))
+        targets = ", ".join(f'"{t}"' for t in self.targets)
+        return (
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+            f"rule_files: [{', '.join(repr(r) for r in rules)}]\n"
+            "scrape_configs:\n"
+            '  - job_name: "mcp-cancellation-demo"\n'
+            f"    static_configs: [{{targets: [{targets}]}}]\n"
+        )
+
+    def __enter__(self) -> PrometheusServer:
+        config = self.dir / "prometheus.yml"
+        config.write_text(self._config(), encoding="utf-8")
+        self.log = (self.dir / "prometheus.log").open("wb")
+        self.process = subprocess.Popen(
+            [
+                binary("prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(
+            lambda: _answers(f"{self.url}/-/ready") or self.process.poll() is not None,
+            timeout=30,
+            interval=0.1,
+        )
+        if self.process.poll() is not None:
+            raise RuntimeError((self.dir / "prometheus.log").read_text(errors="replace"))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            stop(self.process)
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def api(self, path: str, **params: Any) -> Any:
+        """GET ``/api/v1/<path>``; the ``data`` of a successful answer."""
+        response = httpx.get(
+            f"{self.url}/api/v1/{path}", params=params, timeout=10, trust_env=False
+        )
+        body = response.json()
+        assert body.get("status") == "success", body
+        return body["data"]
+
+    def query(self, expr: str, time: float | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"query": expr}
+        if time is not None:
+            params["time"] = time
+        result: list[dict[str, Any]] = self.api("query", **params)["result"]
+        return result
+
+    def query_range(
+        self, expr: str, start: float, end: float, step: float = 1.0
+    ) -> list[dict[str, Any]]:
+        data = self.api("query_range", query=expr, start=start, end=end, step=step)
+        result: list[dict[str, Any]] = data["result"]
+        return result
+
+    def alerts(self) -> list[dict[str, Any]]:
+        alerts: list[dict[str, Any]] = self.api("alerts")["alerts"]
+        return alerts

@@ -1,0 +1,191 @@
+"""The dashboards import as they are and name only metrics the package exports."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mcp_cancellation import _dashboards
+from mcp_cancellation.telemetry.prometheus import METRIC_NAMES
+
+from ..support import project_root
+
+ROOT = project_root()
+DASHBOARDS = ROOT / "dashboards"
+NAMES = sorted(_dashboards.DASHBOARDS)
+
+
+def load(name: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((DASHBOARDS / name).read_text(encoding="utf-8"))
+    return document
+
+
+def test_known_metrics_are_the_exporters_list() -> None:
+    assert _dashboards.known_metric_names() == METRIC_NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_committed_dashboard_is_the_generated_one(name: str) -> None:
+    uid, title, panels = _dashboards.DASHBOARDS[name]
+    expected = _dashboards.render(_dashboards.build_dashboard(uid, title, panels))
+    assert (DASHBOARDS / name).read_text(encoding="utf-8") == expected, (
+        "stale: run .venv/bin/python -m mcp_cancellation._dashboards"
+    )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dashboard_is_valid(name: str) -> None:
+    assert _dashboards.check_dashboard(load(name), METRIC_NAMES) == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_dashboard_import_essentials(name: str) -> None:
+    """What Grafana's import needs, spelled out (the validator checks the same)."""
+    document = load(name)
+    assert document["schemaVersion"] >= 39
+    assert document["id"] is None
+    assert document["uid"].startswith("mcp-cancellation-")
+    assert "__inputs" not in document
+    assert "${DS_" not in json.dumps(document)
+    variables = {v["name"]: v for v in document["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for panel in document["panels"]:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert panel["fieldConfig"]["defaults"]["unit"]
+        for target in panel["targets"]:
+            if "rate(" in target["expr"]:
+                assert "[$__rate_interval]" in target["expr"]
+
+
+def test_panels_cover_the_issue() -> None:
+    """Every panel the issue asks for exists, and every exported metric is shown."""
+    titles = {name: {p["title"] for p in load(name)["panels"]} for name in NAMES}
+    assert {
+        "Cancellations per second by scope kind",
+        "Table fill against max_rows",
+        "In-flight requests by scope kind",
+        "Evictions per second by scope kind",
+        "Rejections per second",
+        "Cleanup removals per second",
+    } <= titles["overview.json"]
+    assert {
+        "Top scopes by rows",
+        "Scopes at or near their quota",
+        "Top rejected scopes",
+        "Rejection rate by scope kind",
+        "Share of the table held by the largest scopes",
+    } <= titles["abusive-scopes.json"]
+    used: set[str] = set()
+    for name in NAMES:
+        for query in _dashboards.panel_queries(load(name)):
+            used |= _dashboards.metric_names_in(query.expr)
+    assert used == set(METRIC_NAMES)
+
+
+def test_alert_rules_are_valid() -> None:
+    rules = yaml.safe_load((DASHBOARDS / "alerts.yaml").read_text(encoding="utf-8"))
+    runbook = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
+    assert _dashboards.check_rules(rules, METRIC_NAMES, runbook) == []
+    names = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    assert names == {
+        "MCPCancellationQuotaRejectionSpike",
+        "MCPCancellationTableNearCap",
+        "MCPCancellationEvictionsSustained",
+        "MCPCancellationScopePinnedAtQuota",
+    }
+
+
+def test_command_line_check_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        _dashboards.main(["--check", "--dir", str(DASHBOARDS), "--docs", str(ROOT / "docs")]) == 0
+    )
+    assert capsys.readouterr().err == ""
+
+
+def test_command_line_builds_into_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "alerts.yaml").write_bytes((DASHBOARDS / "alerts.yaml").read_bytes())
+    assert _dashboards.main(["--dir", str(tmp_path), "--docs", str(ROOT / "docs")]) == 0
+    for name in NAMES:
+        assert (tmp_path / name).read_bytes() == (DASHBOARDS / name).read_bytes()
+
+
+# -- the validator catches what breaks an import -------------------------------------------
+
+
+def _broken(change: str) -> dict[str, Any]:
+    document = copy.deepcopy(load("overview.json"))
+    panel = document["panels"][4]
+    target = panel["targets"][0]
+    if change == "ds_input":
+        panel["datasource"] = {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}
+    elif change == "no_unit":
+        del panel["fieldConfig"]["defaults"]["unit"]
+    elif change == "fixed_window":
+        target["expr"] = target["expr"].replace("$__rate_interval", "5m")
+    elif change == "unknown_metric":
+        target["expr"] = "sum(rate(mcp_cancellation_cancellations_total[$__rate_interval]))"
+    elif change == "old_schema":
+        document["schemaVersion"] = 27
+    elif change == "no_datasource_variable":
+        document["templating"]["list"] = document["templating"]["list"][1:]
+    return document
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ("ds_input", "${DS_"),
+        ("no_unit", "no unit"),
+        ("fixed_window", "range [5m]"),
+        ("unknown_metric", "unknown metric mcp_cancellation_cancellations_total"),
+        ("old_schema", "schemaVersion 27"),
+        ("no_datasource_variable", "no `datasource` template variable"),
+    ],
+)
+def test_validator_reports(change: str, message: str) -> None:
+    problems = _dashboards.check_dashboard(_broken(change), METRIC_NAMES)
+    assert any(message in problem for problem in problems), problems
+
+
+def test_rule_validator_reports_missing_runbook_and_unknown_metric() -> None:
+    rules = {
+        "groups": [
+            {
+                "name": "g",
+                "rules": [
+                    {
+                        "alert": "A",
+                        "expr": "mcp_cancellation_nope > 0",
+                        "labels": {"severity": "warning"},
+                        "annotations": {
+                            "summary": "s",
+                            "description": "d",
+                            "runbook_url": f"{_dashboards.RUNBOOK_BASE}#missing-anchor",
+                        },
+                    },
+                    {"alert": "B", "expr": "mcp_cancellation_rows > 0"},
+                ],
+            }
+        ]
+    }
+    problems = _dashboards.check_rules(rules, METRIC_NAMES, "# Alerts\n## Other\n")
+    assert "A: unknown metric mcp_cancellation_nope" in problems
+    assert "A: docs/alerts.md has no heading with anchor #missing-anchor" in problems
+    assert "B: no summary annotation" in problems
+    assert "B: no severity label" in problems
+
+
+def test_substitute_replaces_grafana_variables() -> None:
+    expr = (
+        'rate(mcp_cancellation_cancelled_total{job=~"$job", instance=~"${instance}"}'
+        "[$__rate_interval])"
+    )
+    assert _dashboards.substitute(expr, "10s", job="demo") == (
+        'rate(mcp_cancellation_cancelled_total{job=~"demo", instance=~".+"}[10s])'
+    )
