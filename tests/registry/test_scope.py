@@ -16,6 +16,7 @@ from mcp_cancellation.scope import PRINCIPAL_KEY, SESSION_KEY, client_address, p
 def http(
     client: str | None = "192.0.2.10",
     headers: list[tuple[bytes, bytes]] | None = None,
+    /,
     **extra: Any,
 ) -> dict[str, Any]:
     scope: dict[str, Any] = {
@@ -109,9 +110,9 @@ def test_a_validated_session_id_wins() -> None:
 
 def test_a_raw_session_header_is_ignored() -> None:
     # Any client can send Mcp-Session-Id: only a server-validated value counts.
-    asgi = http(headers=[(b"mcp-session-id", b"victim-session")])
+    asgi = http("192.0.2.10", [(b"mcp-session-id", b"victim-session")])
     assert scope_of(asgi) == "ip:192.0.2.10"
-    asgi = http(headers=[(b"Mcp-Session-Id", b"victim-session")], user=user("app"))
+    asgi = http("192.0.2.10", [(b"Mcp-Session-Id", b"victim-session")], user=user("app"))
     assert scope_of(asgi) == "principal:app"
 
 
