@@ -1,0 +1,175 @@
+"""Telemetry cost: cancel() with the bridges attached, and a Prometheus scrape.
+
+Run with ``./dev bench telemetry`` (or ``python benchmarks/telemetry.py``). Each figure is
+printed beside a baseline measured in the same run; the ratio is the number to read.
+
+1. ``cancel()`` (memory storage, no limit reached) with no receiver connected, against the
+   same with the Prometheus bridge, the OpenTelemetry bridge (SDK providers, no exporter:
+   spans are built and ended, then dropped), and both;
+2. a rejected ``cancel()`` (quota) with and without both bridges (the Prometheus bridge
+   also feeds the heavy-hitters structure there);
+3. one scrape (``PrometheusBridge.render()``: await stats, collect, encode) with 10 000 rows
+   over 5 000 scopes, against a scrape of an empty registry and against the bare
+   ``stats_nowait()`` read; then the same after 100 000 distinct scopes were rejected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import best_of, check, quiet_gc, report
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import CollectorRegistry
+
+from mcp_cancellation import CancellationLimitReached, CancellationRegistry, MemoryStorage, signals
+from mcp_cancellation.telemetry import otel
+from mcp_cancellation.telemetry.prometheus import PrometheusBridge
+
+ROUNDS = 5
+N = 20_000
+
+
+def _registry(**limits: int | None) -> CancellationRegistry:
+    limits.setdefault("max_rows", None)
+    limits.setdefault("max_rows_per_scope", None)
+    return CancellationRegistry(MemoryStorage(), janitor_interval=None, **limits)  # type: ignore[arg-type]
+
+
+async def _cancels(registry: CancellationRegistry, n: int) -> float:
+    start = time.perf_counter()
+    for i in range(n):
+        await registry.cancel(i, "stop", f"ip:10.0.{i % 250}.1")
+    return (time.perf_counter() - start) / n
+
+
+async def _rejections(registry: CancellationRegistry, n: int) -> float:
+    start = time.perf_counter()
+    for i in range(n):
+        with contextlib.suppress(CancellationLimitReached):
+            await registry.cancel(i, None, f"ip:10.{i >> 16}.{(i >> 8) & 255}.{i & 255}")
+    return (time.perf_counter() - start) / n
+
+
+def _measure(mode: str, bench: str) -> float:
+    """Best time per call with *mode* bridges attached, each round on a fresh registry."""
+
+    def one() -> float:
+        if bench == "cancel":
+            registry = _registry()
+        else:  # every scope already holds its one allowed row: each call is rejected
+            registry = _registry(max_rows_per_scope=1)
+            for i in range(N):
+                registry.storage.add_nowait(  # type: ignore[attr-defined]
+                    f"ip:10.{i >> 16}.{(i >> 8) & 255}.{i & 255}",
+                    "seed",
+                    None,
+                    limits=registry.limits,
+                )
+        bridges: list[PrometheusBridge | otel.OpenTelemetryBridge] = []
+        if mode in ("prometheus", "both"):
+            bridges.append(
+                PrometheusBridge(registry, collector_registry=CollectorRegistry()).install()
+            )
+        if mode in ("otel", "both"):
+            bridges.append(
+                otel.OpenTelemetryBridge(
+                    registry,
+                    tracer_provider=TracerProvider(),
+                    meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]),
+                ).install()
+            )
+        try:
+            run = _cancels if bench == "cancel" else _rejections
+            return asyncio.run(run(registry, N))
+        finally:
+            for bridge in bridges:
+                bridge.uninstall()
+
+    with quiet_gc():
+        return best_of(ROUNDS, one)
+
+
+def bench_cancel() -> None:
+    print(f"1. cancel(), {N} calls over 250 scopes, memory storage")
+    none = _measure("none", "cancel")
+    report("no bridge (baseline)", none, none)
+    report("Prometheus bridge", _measure("prometheus", "cancel"), none)
+    report("OpenTelemetry bridge", _measure("otel", "cancel"), none)
+    both = report("both bridges", _measure("both", "cancel"), none)
+    check("both bridges cost at most 10x a bare cancel()", both <= 10)
+    print(f"2. rejected cancel() (quota), {N} distinct scopes")
+    none = _measure("none", "reject")
+    report("no bridge (baseline)", none, none)
+    report("Prometheus bridge (counter + heavy hitters)", _measure("prometheus", "reject"), none)
+    report("both bridges", _measure("both", "reject"), none)
+
+
+async def _render(bridge: PrometheusBridge, n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        await bridge.render()
+    return (time.perf_counter() - start) / n
+
+
+def bench_scrape() -> None:
+    print("3. one scrape: 10 000 rows over 5 000 scopes (top_k=20)")
+    empty = _registry()
+    empty_bridge = PrometheusBridge(empty, collector_registry=CollectorRegistry()).install()
+    registry = _registry(max_rows_per_scope=2)
+    storage = registry.storage
+    assert isinstance(storage, MemoryStorage)
+    for i in range(10_000):
+        storage.add_nowait(
+            f"ip:10.0.{(i // 2) >> 8}.{(i // 2) & 255}", str(i), None, limits=registry.limits
+        )
+    assert len(storage.stats_nowait().rows) == 5_000
+    bridge = PrometheusBridge(registry, collector_registry=CollectorRegistry()).install()
+    body, _ = asyncio.run(bridge.render())
+    with quiet_gc():
+        base = best_of(ROUNDS, lambda: asyncio.run(_render(empty_bridge, 200)))
+        read = best_of(ROUNDS, lambda: _stats_read(storage, 50))
+        full = best_of(ROUNDS, lambda: asyncio.run(_render(bridge, 50)))
+    report("scrape of an empty registry (baseline)", base, base, "ms", 1e3)
+    report("stats_nowait() alone, 10 000 rows", read, base, "ms", 1e3)
+    report("scrape, 10 000 rows / 5 000 scopes", full, base, "ms", 1e3)
+    lines = body.count(b"\n")
+    print(f"  exposition: {len(body)} bytes, {lines} lines")
+    # A flood of 100 000 distinct rejected scopes (the signal the registry sends on each
+    # rejection): the heavy hitters stay at their capacity, the scrape does not grow.
+    for i in range(100_000):
+        signals.cancellation_rejected.send(
+            registry,
+            scope=f"ip:10.{i >> 16}.{(i >> 8) & 255}.{i & 255}",
+            request_id="1",
+            reason="quota",
+        )
+    flooded = best_of(ROUNDS, lambda: asyncio.run(_render(bridge, 50)))
+    report("scrape after 100 000 rejected scopes", flooded, full, "ms", 1e3)
+    print(f"  heavy hitters tracked: {len(bridge.hitters)} (capacity {bridge.hitters.capacity})")
+    check("a 10 000-row scrape takes under 50 ms", full < 0.05)
+    bridge.uninstall()
+    empty_bridge.uninstall()
+
+
+def _stats_read(storage: MemoryStorage, n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        storage.stats_nowait()
+    return (time.perf_counter() - start) / n
+
+
+def main() -> None:
+    bench_cancel()
+    bench_scrape()
+
+
+if __name__ == "__main__":
+    main()
