@@ -568,8 +568,6 @@ class PrometheusBridge:
         encoder, content_type = choose_encoder(accept)
         token = _pending.set((self, stats))
         try:
-            if self._files is not None:
-                self._files.flush()
             body = encoder(self.exposition_registry())
         finally:
             _pending.reset(token)
