@@ -238,7 +238,9 @@ def serve() -> Iterator[Serve]:
             )
         else:  # pragma: no cover
             raise ValueError(flavour)
-        server = UvicornThread(app)
+        # uvicorn's own proxy-header handling (on by default for 127.0.0.1) would rewrite
+        # scope["client"] before the middleware sees it; the middleware's is under test.
+        server = UvicornThread(app, proxy_headers=False)
         harness = Harness(server, registry, log)
 
         def record(sender: Any, **kwargs: Any) -> None:
