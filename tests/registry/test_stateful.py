@@ -1,0 +1,327 @@
+"""A hypothesis state machine drives random cancel / cancel_in_flight / clear / request /
+abandoned-track / cleanup sequences against a plain reference model of the seed's rules
+(an O(rows) eviction exactly as the seed states it), and checks after every step that the
+registry agrees with the model and that the invariants hold: no scope over its quota, the
+table never over its cap, and a caller under quota never rejected."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from mcp_cancellation import (
+    CancellationLimitReached,
+    CancellationRegistry,
+    CleanupResult,
+    MemoryStorage,
+    RequestToken,
+    Storage,
+)
+
+T = TypeVar("T")
+
+SCOPES = [f"s{n}" for n in range(24)]
+IDS = list(range(6))
+scopes = st.sampled_from(SCOPES)
+ids = st.sampled_from(IDS)
+reasons = st.one_of(st.none(), st.sampled_from(["a", "b", "stop"]))
+
+
+@dataclass
+class _Live:
+    """A request in flight in its own task, held open until finished."""
+
+    scope: str
+    key: str
+    task: asyncio.Task[None]
+    release: asyncio.Event
+    token: RequestToken
+    expect_cancelled: bool
+
+
+@dataclass
+class Model:
+    """The seed's rules, written the straightforward way."""
+
+    max_rows: int | None
+    quota: int | None
+    # scope -> key -> (age, reason), insertion-ordered (oldest first)
+    rows: dict[str, dict[str, tuple[float, str | None]]] = field(default_factory=dict)
+    dead: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(len(r) for r in self.rows.values())
+
+    def counts(self) -> dict[str, int]:
+        return {scope: len(r) for scope, r in self.rows.items() if r}
+
+    def evict(self) -> None:
+        assert self.max_rows is not None
+        remaining = max(1, self.max_rows // 20)
+        # Count per scope, sort: largest first, then oldest row first; delete a batch.
+        order = sorted(
+            (scope for scope in self.rows if self.rows[scope]),
+            key=lambda s: (-len(self.rows[s]), next(iter(self.rows[s].values()))[0]),
+        )
+        for scope in order:
+            if remaining == 0:
+                break
+            for key in list(self.rows[scope])[:remaining]:
+                del self.rows[scope][key]
+                remaining -= 1
+
+    def add(self, scope: str, key: str, reason: str | None, now: float) -> bool:
+        """Apply a cancellation; False if the quota refuses it."""
+        rows = self.rows.setdefault(scope, {})
+        if key in rows:
+            rows[key] = (rows[key][0], reason)
+            return True
+        if self.quota is not None and len(rows) >= self.quota:
+            return False
+        if self.max_rows is not None and self.total >= self.max_rows:
+            self.evict()
+        self.rows.setdefault(scope, {})[key] = (now, reason)
+        return True
+
+    def remove(self, scope: str, key: str) -> None:
+        self.rows.get(scope, {}).pop(key, None)
+
+    def expire(self, ttl: float, now: float) -> int:
+        removed = 0
+        for rows in self.rows.values():
+            for key in [k for k, (age, _) in rows.items() if age < now - ttl]:
+                del rows[key]
+                removed += 1
+        return removed
+
+
+class RegistryMachine(RuleBasedStateMachine):
+    """Drives one registry and one model in lockstep."""
+
+    storage_factory: Callable[[Callable[[], float]], Storage] = staticmethod(
+        lambda clock: MemoryStorage(clock=clock)
+    )
+    controlled_clock = True
+
+    live = Bundle("live")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.now = 1_000.0
+        self.registry: CancellationRegistry | None = None
+        self.model = Model(None, None)
+        self.open: list[_Live] = []
+
+    def run(self, coro: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    @property
+    def reg(self) -> CancellationRegistry:
+        assert self.registry is not None
+        return self.registry
+
+    @initialize(
+        max_rows=st.sampled_from([None, 1, 4, 10, 20, 40, 60]),
+        quota=st.sampled_from([None, 1, 2, 3, 5]),
+    )
+    def setup(self, max_rows: int | None, quota: int | None) -> None:
+        storage = self.storage_factory(lambda: self.now)
+        self.registry = CancellationRegistry(
+            storage,
+            max_rows=max_rows,
+            max_rows_per_scope=quota,
+            ttl=None,
+            janitor_interval=None,
+        )
+        self.model = Model(max_rows, quota)
+
+    def tick(self) -> float:
+        # Every write happens at a distinct instant, so rows have distinct ages.
+        self.now += 1.0
+        return self.now
+
+    def flip(self, scope: str, key: str) -> None:
+        for live in self.open:
+            if (live.scope, live.key) == (scope, key):
+                live.expect_cancelled = True
+
+    def tracked(self, scope: str, key: str) -> bool:
+        if self.model.dead.get((scope, key)):
+            return True
+        return any((live.scope, live.key) == (scope, key) for live in self.open)
+
+    # -- rules --------------------------------------------------------------------------
+
+    def _cancel(self, scope: str, request_id: int, reason: str | None) -> None:
+        key = str(request_id)
+        before = self.model.counts().get(scope, 0)
+        accepted = self.model.add(scope, key, reason, self.tick())
+        if accepted:
+            self.run(self.reg.cancel(request_id, reason, scope=scope))
+            self.flip(scope, key)
+        else:
+            assert self.model.quota is not None
+            assert before >= self.model.quota
+            with pytest.raises(CancellationLimitReached):
+                self.run(self.reg.cancel(request_id, reason, scope=scope))
+
+    @rule(scope=scopes, request_id=ids, reason=reasons)
+    def cancel(self, scope: str, request_id: int, reason: str | None) -> None:
+        self._cancel(scope, request_id, reason)
+
+    @rule(batch=st.lists(st.tuples(scopes, ids), min_size=1, max_size=12))
+    def cancel_many(self, batch: list[tuple[str, int]]) -> None:
+        for scope, request_id in batch:
+            self._cancel(scope, request_id, "many")
+
+    @rule(scope=scopes, request_id=ids, reason=reasons)
+    def cancel_in_flight(self, scope: str, request_id: int, reason: str | None) -> None:
+        key = str(request_id)
+        if not self.tracked(scope, key):
+            assert not self.run(self.reg.cancel_in_flight(request_id, reason, scope=scope))
+            return
+        if self.model.add(scope, key, reason, self.tick()):
+            assert self.run(self.reg.cancel_in_flight(request_id, reason, scope=scope))
+            self.flip(scope, key)
+        else:
+            with pytest.raises(CancellationLimitReached):
+                self.run(self.reg.cancel_in_flight(request_id, reason, scope=scope))
+
+    @rule(scope=scopes, request_id=ids)
+    def clear(self, scope: str, request_id: int) -> None:
+        self.model.remove(scope, str(request_id))
+        self.run(self.reg.clear(request_id, scope=scope))
+
+    @precondition(lambda self: len(self.open) < 6)
+    @rule(target=live, scope=scopes, request_id=ids)
+    def start_request(self, scope: str, request_id: int) -> _Live:
+        entered, release = asyncio.Event(), asyncio.Event()
+        tokens: list[RequestToken] = []
+
+        async def serve() -> None:
+            async with self.reg.request(request_id, scope=scope) as token:
+                tokens.append(token)
+                entered.set()
+                await release.wait()
+
+        task = self.loop.create_task(serve())
+        self.run(entered.wait())
+        key = str(request_id)
+        live = _Live(scope, key, task, release, tokens[0], key in self.model.rows.get(scope, {}))
+        self.open.append(live)
+        return live
+
+    @rule(live=consumes(live))
+    def finish_request(self, live: _Live) -> None:
+        live.release.set()
+        self.run(live.task)
+        self.open.remove(live)
+        self.model.remove(live.scope, live.key)  # leaving request() clears the row
+
+    @rule(scope=scopes, request_id=ids)
+    def abandon(self, scope: str, request_id: int) -> None:
+        # A task that tracks and ends without untracking: a dead owner until cleanup.
+        async def track() -> None:
+            await self.reg.track(request_id, scope=scope)
+
+        self.run(self.loop.create_task(track()))
+        pair = (scope, str(request_id))
+        self.model.dead[pair] = self.model.dead.get(pair, 0) + 1
+
+    @rule(dt=st.sampled_from([0.5, 3.0, 20.0]))
+    def advance(self, dt: float) -> None:
+        if self.controlled_clock:
+            self.now += dt
+
+    @rule(ttl=st.one_of(st.none(), st.sampled_from([2.5, 10.0, 50.0])))
+    def cleanup(self, ttl: float | None) -> None:
+        if not self.controlled_clock:
+            ttl = None
+        removed = 0 if ttl is None else self.model.expire(ttl, self.now)
+        dead = sum(self.model.dead.values())
+        self.model.dead.clear()
+        result = self.run(self.reg.cleanup(ttl=ttl))
+        assert result == CleanupResult(removed, dead)
+
+    # -- invariants ---------------------------------------------------------------------
+
+    @invariant()
+    def agrees_with_the_model(self) -> None:
+        if self.registry is None:
+            return
+        stats = self.run(self.reg.stats())
+        counts = {scope: n for scope, n in stats.rows.items() if n}
+        assert counts == self.model.counts()
+        if self.model.quota is not None:
+            assert all(n <= self.model.quota for n in counts.values())
+        if self.model.max_rows is not None:
+            assert sum(counts.values()) <= self.model.max_rows
+        expected_in_flight: dict[str, int] = {}
+        for (scope, _), n in self.model.dead.items():
+            expected_in_flight[scope] = expected_in_flight.get(scope, 0) + n
+        for live in self.open:
+            expected_in_flight[live.scope] = expected_in_flight.get(live.scope, 0) + 1
+        assert {s: n for s, n in stats.in_flight.items() if n} == expected_in_flight
+        for live in self.open:
+            assert live.token.cancelled == live.expect_cancelled
+
+    @invariant()
+    def rows_and_reasons_match(self) -> None:
+        if self.registry is None:
+            return
+
+        async def read() -> dict[tuple[str, str], str | None]:
+            found: dict[tuple[str, str], str | None] = {}
+            for scope in SCOPES:
+                for request_id in IDS:
+                    if await self.reg.is_cancelled(request_id, scope=scope):
+                        found[(scope, str(request_id))] = await self.reg.reason(
+                            request_id, scope=scope
+                        )
+            return found
+
+        expected = {
+            (scope, key): reason
+            for scope, rows in self.model.rows.items()
+            for key, (_, reason) in rows.items()
+        }
+        assert self.run(read()) == expected
+
+    def teardown(self) -> None:
+        for live in self.open:
+            live.release.set()
+        if self.open:
+            self.run(asyncio.gather(*(live.task for live in self.open)))
+        if self.registry is not None:
+            self.run(self.registry.aclose())
+        self.loop.close()
+
+
+def test_registry_matches_the_reference_model() -> None:
+    run_state_machine_as_test(
+        RegistryMachine,
+        settings=settings(
+            max_examples=60,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
