@@ -1,0 +1,219 @@
+"""Overhead of CancellationMiddleware on a real server: bare SDK app vs wrapped, same run.
+
+Two uvicorn servers run in their own processes on 127.0.0.1: the demo's ``MCPServer``
+(stateless Streamable HTTP) as is, and the same app behind ``CancellationMiddleware``.
+Concurrent httpx clients in this process drive each in turn, alternating rounds, with
+
+* ``tools/call echo`` (a tool that returns at once): the middleware parses, tracks and
+  clears every call;
+* ``notifications/cancelled`` for an id that is not in flight: the SDK acknowledges it
+  with a whole per-request transport, the middleware answers it itself.
+
+Printed: requests per second and p50/p99 latency per case, best of the rounds, and the
+ratios against the targets (throughput >= 0.95x the bare app, p99 <= 1.1x).
+
+    python benchmarks/middleware.py [--duration 4] [--rounds 3] [--concurrency 16] [--sse]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+HEADERS = {
+    "content-type": "application/json",
+    "accept": "application/json, text/event-stream",
+    "mcp-protocol-version": "2025-11-25",
+}
+
+
+# -- the servers (run in subprocesses) -------------------------------------------------------
+
+
+def serve(kind: str, port: int, json_response: bool) -> None:
+    """Run one server until killed: ``bare`` or ``wrapped``."""
+    import uvicorn
+
+    from mcp_cancellation import CancellationMiddleware, CancellationRegistry
+    from mcp_cancellation.demo import build_demo_server
+
+    logging.basicConfig(level=logging.WARNING)
+    app: Any = build_demo_server().streamable_http_app(
+        stateless_http=True, json_response=json_response
+    )
+    if kind == "wrapped":
+        app = CancellationMiddleware(app, registry=CancellationRegistry())
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
+    )
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start_server(kind: str, json_response: bool) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    args = [sys.executable, __file__, "--serve", kind, "--port", str(port)]
+    if not json_response:
+        args.append("--sse")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    process = subprocess.Popen(args, env=env)
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx.post(url, json=tool_call(), headers=HEADERS, timeout=5)
+            return process, url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"{kind} server did not start")
+
+
+# -- the load --------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    rps: float
+    p50: float
+    p99: float
+
+
+_ids = itertools.count(1)
+
+
+def tool_call() -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": next(_ids),
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "hello"}},
+    }
+
+
+def cancel_notification() -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": next(_ids), "reason": "benchmark"},
+    }
+
+
+async def drive(
+    url: str, body: Callable[[], dict[str, Any]], concurrency: int, duration: float
+) -> Result:
+    """*concurrency* workers post *body* back to back for *duration* seconds."""
+    latencies: list[float] = []
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+
+        async def worker(stop: float, record: bool) -> None:
+            while time.perf_counter() < stop:
+                started = time.perf_counter()
+                response = await client.post(url, json=body(), headers=HEADERS)
+                if response.status_code >= 400:
+                    raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
+                if record:
+                    latencies.append(time.perf_counter() - started)
+
+        warmup = time.perf_counter() + min(1.0, duration / 4)
+        await asyncio.gather(*(worker(warmup, False) for _ in range(concurrency)))
+        began = time.perf_counter()
+        await asyncio.gather(*(worker(began + duration, True) for _ in range(concurrency)))
+        elapsed = time.perf_counter() - began
+    latencies.sort()
+    return Result(
+        rps=len(latencies) / elapsed,
+        p50=statistics.median(latencies),
+        p99=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+    )
+
+
+def best(results: list[Result]) -> Result:
+    """Best of the rounds: highest throughput, lowest latencies (noise only adds)."""
+    return Result(
+        rps=max(r.rps for r in results),
+        p50=min(r.p50 for r in results),
+        p99=min(r.p99 for r in results),
+    )
+
+
+async def run(args: argparse.Namespace) -> None:
+    json_response = not args.sse
+    servers = {kind: start_server(kind, json_response) for kind in ("bare", "wrapped")}
+    try:
+        cases: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+            ("tools/call echo", tool_call),
+            ("notifications/cancelled", cancel_notification),
+        ]
+        mode = "JSON" if json_response else "SSE"
+        print(
+            f"middleware overhead: stateless MCPServer, {mode} responses, "
+            f"{args.concurrency} concurrent clients, {args.rounds} x {args.duration:g} s per case"
+        )
+        for name, body in cases:
+            results: dict[str, list[Result]] = {"bare": [], "wrapped": []}
+            for _ in range(args.rounds):
+                for kind in ("bare", "wrapped"):
+                    url = servers[kind][1]
+                    results[kind].append(await drive(url, body, args.concurrency, args.duration))
+            bare, wrapped = best(results["bare"]), best(results["wrapped"])
+            print(f"\n  {name}")
+            for kind, result in (("bare SDK", bare), ("with middleware", wrapped)):
+                print(
+                    f"    {kind:<16} {result.rps:9.1f} req/s   p50 {result.p50 * 1e3:7.2f} ms"
+                    f"   p99 {result.p99 * 1e3:7.2f} ms"
+                )
+            throughput = wrapped.rps / bare.rps
+            p99 = wrapped.p99 / bare.p99
+            print(
+                f"    ratio: throughput {throughput:.3f}x (target >= 0.95x: "
+                f"{'met' if throughput >= 0.95 else 'MISSED'}), p99 {p99:.3f}x "
+                f"(target <= 1.1x: {'met' if p99 <= 1.1 else 'MISSED'})"
+            )
+    finally:
+        for process, _ in servers.values():
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--sse", action="store_true", help="SSE responses (default JSON)")
+    parser.add_argument("--serve", choices=["bare", "wrapped"], help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.port, not args.sse)
+        return
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
