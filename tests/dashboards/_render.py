@@ -49,23 +49,31 @@ def render(document: Mapping[str, Any], fetch: Fetch, path: Path, subtitle: str 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.gridspec import GridSpec
 
     panels: Sequence[Mapping[str, Any]] = document["panels"]
     rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
-    figure = plt.figure(figsize=(18, rows * _GRID_ROW + 0.8), dpi=80)
-    figure.suptitle(f"{document['title']}{subtitle}", fontsize=14, x=0.01, ha="left")
-    grid = GridSpec(
-        rows, 24, figure=figure, hspace=1.6, wspace=0.9, top=1 - 0.8 / (rows * _GRID_ROW + 0.8)
-    )
+    width, header = 18.0, 0.6
+    height = rows * _GRID_ROW + header
+    figure = plt.figure(figsize=(width, height), dpi=80)
+    figure.suptitle(f"{document['title']}{subtitle}", fontsize=14, x=0.01, y=0.995, ha="left")
     for panel in panels:
         pos = panel["gridPos"]
-        ax = figure.add_subplot(
-            grid[pos["y"] : pos["y"] + pos["h"], pos["x"] : pos["x"] + pos["w"]]
+        kind = panel["type"]
+        # The panel's box in inches, then the axes inside it (room for title and ticks).
+        left = pos["x"] / 24 * width + (0.75 if kind == "timeseries" else 0.2)
+        right = (pos["x"] + pos["w"]) / 24 * width - 0.2
+        top = height - header - pos["y"] * _GRID_ROW - 0.35
+        bottom = (
+            height
+            - header
+            - (pos["y"] + pos["h"]) * _GRID_ROW
+            + (0.55 if kind == "timeseries" else 0.15)
+        )
+        ax = figure.add_axes(
+            (left / width, bottom / height, (right - left) / width, (top - bottom) / height)
         )
         ax.set_title(panel["title"], fontsize=10, loc="left")
         unit = panel["fieldConfig"]["defaults"]["unit"]
-        kind = panel["type"]
         if kind == "timeseries":
             _timeseries(ax, panel, fetch, unit)
         else:
@@ -87,6 +95,9 @@ def _timeseries(ax: Any, panel: Mapping[str, Any], fetch: Fetch, unit: str) -> N
     if not series:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
         return
+    nonzero = [s for s in series if any(s[2])]
+    if nonzero:  # series that stay at 0 clutter a stack; all-zero panels keep theirs
+        series = nonzero
     start = min(s[1][0] for s in series)
     if stacked == "normal" and len(series) > 1:
         grid = sorted({t for _, times, _ in series for t in times})
@@ -120,13 +131,17 @@ def _values(ax: Any, panel: Mapping[str, Any], fetch: Fetch, unit: str, bars: bo
         return
     if bars:
         factor, _ = _scale(unit)
-        labels = [label for label, _ in items][::-1]
-        values = [value * factor for _, value in items][::-1]
-        ax.barh(labels, values, color="tab:orange")
-        ax.set_yticks(range(len(labels)), labels, fontsize=7)
-        for index, (_, value) in enumerate(items[::-1]):
-            ax.text(value * factor, index, " " + _format(value, unit), va="center", fontsize=7)
-        ax.tick_params(labelsize=7)
+        top = panel["fieldConfig"]["defaults"].get("max")
+        scale = float(top) * factor if top is not None else max(v for _, v in items) * factor
+        count = len(items)
+        for index, (label, value) in enumerate(items):
+            y = count - 1 - index
+            ax.barh(y, scale, color="0.92", height=0.6)
+            ax.barh(y, value * factor, color="tab:orange", height=0.6)
+            ax.text(0.005 * scale, y, f" {label}", va="center", fontsize=8)
+            ax.text(scale, y, _format(value, unit) + " ", va="center", ha="right", fontsize=8)
+        ax.set_xlim(0, scale or 1)
+        ax.set_ylim(-0.6, count - 0.4)
         return
     text = "\n".join(f"{label}: {_format(value, unit)}" for label, value in items[:4])
     ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=12, transform=ax.transAxes)
