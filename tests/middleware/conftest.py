@@ -111,7 +111,7 @@ async def hold_tool(log: ToolLog, key: str) -> str:
     return "completed"
 
 
-def build_sdk_app(log: ToolLog, *, json_response: bool) -> Any:
+def build_sdk_app(log: ToolLog, *, json_response: bool, stateless: bool = True) -> Any:
     """The SDK's ``MCPServer`` with the test tools, as a stateless Streamable HTTP app."""
     from mcp.server.mcpserver import MCPServer
 
@@ -136,7 +136,7 @@ def build_sdk_app(log: ToolLog, *, json_response: bool) -> Any:
     async def echo(text: str) -> str:
         return text
 
-    return server.streamable_http_app(stateless_http=True, json_response=json_response)
+    return server.streamable_http_app(stateless_http=stateless, json_response=json_response)
 
 
 def build_fastmcp_app(log: ToolLog, *, json_response: bool, middleware: Any = None) -> Any:
@@ -219,6 +219,7 @@ def serve() -> Iterator[Serve]:
         *,
         json_response: bool = False,
         registry: CancellationRegistry | None = None,
+        stateless: bool = True,
         **options: Any,
     ) -> Harness:
         log = ToolLog()
@@ -226,7 +227,9 @@ def serve() -> Iterator[Serve]:
         options.setdefault("stream_cancel_timeout", STREAM_CANCEL_TIMEOUT)
         if flavour == "sdk":
             app: Any = CancellationMiddleware(
-                build_sdk_app(log, json_response=json_response), registry=registry, **options
+                build_sdk_app(log, json_response=json_response, stateless=stateless),
+                registry=registry,
+                **options,
             )
         elif flavour == "fastmcp":
             from starlette.middleware import Middleware

@@ -459,3 +459,20 @@ async def test_storage_down_disconnect_still_stops_the_tool(
     assert harness.cancellations == []
     storage.down = False
     await harness.wait_empty()
+
+
+async def test_stateful_session_cancel_reaches_sdk_and_registry(serve: Serve) -> None:
+    """In front of a stateful app the notification (with Mcp-Session-Id) is recorded and
+    also handed to the SDK; the tool stops either way and no row is left."""
+    from mcp import Client
+
+    harness = serve("sdk", json_response=False, stateless=False)
+    async with Client(harness.url, mode="legacy") as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "poll", {"seconds": 30})
+            (key,) = await harness.wait_started()
+            tg.cancel_scope.cancel()  # the client POSTs notifications/cancelled
+        assert await harness.wait_outcome(key, "cancelled", "killed", "completed") != "completed"
+        echo = await client.call_tool("echo", {"text": "still here"})
+        assert not echo.is_error
+    await harness.wait_empty()
