@@ -268,3 +268,24 @@ async def test_hash_key_applies_to_span_attributes(
     (span,) = span_exporter.get_finished_spans()
     scope = (span.attributes or {})["mcp.cancellation.scope"]
     assert scope == ScopeLabeler("k")(SESSION) != ScopeLabeler()(SESSION)
+
+
+class _BrokenTracer:
+    def start_span(self, *args: object, **kwargs: object) -> Any:
+        raise RuntimeError("exporter exploded")
+
+
+async def test_a_failing_receiver_never_breaks_cancel(
+    make_memory_registry: Any,
+    tracer_provider: TracerProvider,
+    meter_provider: MeterProvider,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry: CancellationRegistry = make_memory_registry()
+    bridge = otel.instrument(
+        registry, tracer_provider=tracer_provider, meter_provider=meter_provider
+    )
+    bridge.tracer = _BrokenTracer()  # type: ignore[assignment]
+    await registry.cancel(1, "stop", "ip:192.0.2.1")
+    assert await registry.is_cancelled(1, "ip:192.0.2.1")
+    assert "exporter exploded" in caplog.text

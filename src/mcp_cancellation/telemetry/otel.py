@@ -45,6 +45,7 @@ from opentelemetry.trace import Status, StatusCode
 from .. import signals
 from ..__about__ import __version__
 from ..scope import scope_kind
+from ._guard import never_raise
 from ._labels import ScopeLabeler
 
 if TYPE_CHECKING:
@@ -200,6 +201,7 @@ class OpenTelemetryBridge:
 
     # -- receivers ---------------------------------------------------------------------
 
+    @never_raise
     def _on_cancelled(
         self,
         sender: object,
@@ -225,6 +227,7 @@ class OpenTelemetryBridge:
         self.tracer.start_span(SPAN_CANCEL, attributes=attributes).end()
         self._cancelled.add(1, {SCOPE_KIND: kind, SOURCE: source})
 
+    @never_raise
     def _on_cleanup(
         self,
         sender: object,
@@ -251,6 +254,7 @@ class OpenTelemetryBridge:
         if duration is not None:
             self._duration.record(duration)
 
+    @never_raise
     def _on_evicted(self, sender: object, *, scope: str, count: int, **_: object) -> None:
         kind = scope_kind(scope)
         attributes: dict[str, str | int] = {
@@ -261,6 +265,7 @@ class OpenTelemetryBridge:
         self.tracer.start_span(SPAN_EVICT, attributes=attributes).end()
         self._evicted.add(count, {SCOPE_KIND: kind})
 
+    @never_raise
     def _on_rejected(
         self,
         sender: object,

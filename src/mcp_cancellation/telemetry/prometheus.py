@@ -58,6 +58,7 @@ from .. import signals
 from ..errors import ConfigurationError
 from ..scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ..storage.base import StorageStats
+from ._guard import never_raise
 from ._heavy_hitters import SpaceSaving
 from ._labels import ScopeLabeler
 
@@ -438,9 +439,11 @@ class PrometheusBridge:
 
     # -- signal receivers (hot path: a dict lookup and an increment each) --------------
 
+    @never_raise
     def _on_cancelled(self, sender: object, *, scope: str, **_: object) -> None:
         self._cancelled[scope_kind(scope)].inc()
 
+    @never_raise
     def _on_rejected(self, sender: object, *, scope: str, reason: str, **_: object) -> None:
         child = self._rejected.get((scope_kind(scope), reason))
         if child is not None:
@@ -449,9 +452,11 @@ class PrometheusBridge:
         if self._files is not None:
             self._files.mark()
 
+    @never_raise
     def _on_evicted(self, sender: object, *, scope: str, count: int, **_: object) -> None:
         self._evicted[scope_kind(scope)].inc(count)
 
+    @never_raise
     def _on_cleanup(
         self, sender: object, *, removed: int, in_flight_removed: int, **_: object
     ) -> None:
