@@ -73,7 +73,8 @@ class _Owner:
     def alive(self) -> bool:
         obj = self.obj
         if isinstance(obj, asyncio.Future):
-            return not obj.done()
+            # A task left pending on a closed loop (its thread gone) can never finish.
+            return not obj.done() and not obj.get_loop().is_closed()
         if isinstance(obj, threading.Thread):
             return obj.is_alive()
         return True
