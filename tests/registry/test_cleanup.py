@@ -229,3 +229,33 @@ async def test_a_thread_owner_without_an_event_loop_is_swept_once_dead() -> None
     assert await registry.cleanup() == CleanupResult(0, 1)
     assert not await registry.in_flight(9, scope="s")
     assert registry._owners == {}
+
+
+async def test_a_task_left_pending_on_a_closed_loop_is_swept() -> None:
+    # A thread ran its own loop, started a request task, then closed the loop and died
+    # without finishing it: the task can never run again, so its row must not live forever.
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    kept: list[asyncio.Task[None]] = []  # the task object itself is still referenced
+
+    def worker() -> None:
+        loop = asyncio.new_event_loop()
+        tracked = asyncio.Event()
+
+        async def request() -> None:
+            await registry.track(11, scope="s")
+            tracked.set()
+            await asyncio.Event().wait()
+
+        task = loop.create_task(request())
+        task._log_destroy_pending = False  # type: ignore[attr-defined]  # pending on purpose
+        kept.append(task)
+        loop.run_until_complete(tracked.wait())
+        loop.close()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    await asyncio.to_thread(thread.join, 30)
+    assert not kept[0].done()
+    assert await registry.in_flight(11, scope="s")
+    assert await registry.cleanup() == CleanupResult(0, 1)
+    assert not await registry.in_flight(11, scope="s")
