@@ -1,0 +1,104 @@
+"""Fixtures for the Redis storage tests: storages on the session's redis-server (or on a
+server of the test's own, for outages), all closed after the test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.connection import Connection
+
+from mcp_cancellation import CancellationRegistry
+from mcp_cancellation.storage.redis import RedisStorage
+
+from ..support import RedisServer
+
+MakeStorage = Callable[..., RedisStorage]
+MakeRegistry = Callable[..., CancellationRegistry]
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix of this test's own."""
+    return f"test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server for this test only (it may stop and restart it)."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def server(redis_server: RedisServer) -> RedisServer:
+    """The server the ``make_*`` fixtures connect to (override with ``own_redis``)."""
+    return redis_server
+
+
+@pytest.fixture
+async def make_storage(server: RedisServer, prefix: str) -> AsyncIterator[MakeStorage]:
+    """Build ``RedisStorage.from_url`` storages (same *prefix* unless given); closed after."""
+    made: list[RedisStorage] = []
+
+    def make(**kwargs: Any) -> RedisStorage:
+        kwargs.setdefault("prefix", prefix)
+        storage = RedisStorage.from_url(server.url, **kwargs)
+        made.append(storage)
+        return storage
+
+    yield make
+    for storage in made:
+        await storage.aclose()
+
+
+@pytest.fixture
+async def make_registry(make_storage: MakeStorage) -> AsyncIterator[MakeRegistry]:
+    """Registries over new storages (a worker each); storage options go in ``storage=``."""
+    made: list[CancellationRegistry] = []
+
+    def make(storage: dict[str, Any] | None = None, **kwargs: Any) -> CancellationRegistry:
+        kwargs.setdefault("janitor_interval", None)
+        registry = CancellationRegistry(make_storage(**(storage or {})), **kwargs)
+        made.append(registry)
+        return registry
+
+    yield make
+    for registry in made:
+        await registry.aclose()
+
+
+@pytest.fixture
+async def raw(server: RedisServer) -> AsyncIterator[Redis]:
+    """A plain client on the same server, to look at keys and counters."""
+    client = Redis.from_url(server.url, socket_timeout=5, socket_connect_timeout=5)
+    yield client
+    await client.aclose()
+
+
+async def command_calls(client: Redis) -> dict[str, int]:
+    """Commands served so far, by name (INFO commandstats)."""
+    info: dict[str, Any] = await client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in info.items()}
+
+
+async def calls_between(client: Redis, before: dict[str, int]) -> dict[str, int]:
+    """Commands served since *before*, the INFO call that measures it excluded."""
+    after = await command_calls(client)
+    delta = {name: n - before.get(name, 0) for name, n in after.items()}
+    delta["info"] -= 1
+    return {name: n for name, n in delta.items() if n}
+
+
+class CountingConnection(Connection):
+    """A redis-py connection that counts what it sends: one count per round trip (a
+    pipeline is sent at once, a script call is one command)."""
+
+    sent = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.sent += 1
+        await super().send_packed_command(command, check_health)
