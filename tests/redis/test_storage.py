@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -90,7 +91,7 @@ async def test_ages_come_from_the_server_clock_and_always_increase(
     await raw.set(f"{{{prefix}}}:clock", ahead)
     await storage.add("s", "b", None, limits=limits)
     await storage.add("s", "c", None, limits=limits)
-    ages = await raw.zrange(f"{{{prefix}}}:s:s", 0, -1, withscores=True)
+    ages: list[Any] = await raw.zrange(f"{{{prefix}}}:s:s", 0, -1, withscores=True)
     assert [k for k, _ in ages] == [b"a", b"b", b"c"]
     assert ages[1][1] == ahead + 1
     assert ages[2][1] == ahead + 2
