@@ -20,8 +20,9 @@ ranges of RFC 5737 and RFC 3849):
   quota and the surplus cancellations are rejected (``quota``, JSON-RPC -32000).
 
 Everything is bounded: the run stops after ``--duration`` seconds or ``--max-requests``
-HTTP requests, whichever comes first, and the URL must be a loopback address: this is a
-tool for your own test server, not for anyone else's.
+HTTP requests, whichever comes first (or at SIGINT/SIGTERM, still printing its counts), and
+the URL must be a loopback address: this is a tool for your own test server, not for anyone
+else's.
 
 The server must trust the simulator as a proxy (``--trusted-proxy 127.0.0.1`` on the demo),
 otherwise every request lands in the single scope ``ip:127.0.0.1``.
@@ -38,6 +39,7 @@ import itertools
 import json
 import math
 import random
+import signal
 import sys
 import time
 import urllib.parse
@@ -166,11 +168,13 @@ def _address_pool(count: int) -> list[str]:
 class _Budget:
     """Stops the run after the time limit or the request budget, whichever comes first."""
 
-    def __init__(self, config: SimulationConfig, stats: SimulationStats) -> None:
+    def __init__(
+        self, config: SimulationConfig, stats: SimulationStats, stop: asyncio.Event | None
+    ) -> None:
         self.config = config
         self.stats = stats
         self.start = time.monotonic()
-        self.stop = asyncio.Event()
+        self.stop = stop if stop is not None else asyncio.Event()
 
     def take(self) -> bool:
         """Count one HTTP request; false (and stop) when the run is over."""
@@ -220,11 +224,13 @@ def _parse_messages(response: httpx.Response, body: bytes) -> list[dict[str, Any
 
 
 class _Simulation:
-    def __init__(self, config: SimulationConfig, hog_calls: int) -> None:
+    def __init__(
+        self, config: SimulationConfig, hog_calls: int, stop: asyncio.Event | None = None
+    ) -> None:
         self.config = config
         self.hog_calls = hog_calls
         self.stats = SimulationStats(hog_calls=hog_calls)
-        self.budget = _Budget(config, self.stats)
+        self.budget = _Budget(config, self.stats, stop)
         self.random = random.Random(config.seed)
         self.url = config.url
 
@@ -454,17 +460,39 @@ async def simulate(
     config: SimulationConfig,
     *,
     on_progress: Callable[[SimulationStats, float], None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> SimulationStats:
-    """Run the simulation described by *config* and return what it counted."""
+    """Run the simulation described by *config* and return what it counted.
+
+    Setting *stop* ends the run early, as cleanly as reaching its time limit does.
+    """
     hog_calls = config.hog_calls
     if hog_calls == 0 and config.hogs:
         quota = await server_quota(config.url)
         hog_calls = (
             _DEFAULT_HOG_CALLS if quota is None else min(_MAX_HOG_CALLS, quota + quota // 2 + 2)
         )
-    simulation = _Simulation(config, hog_calls)
+    simulation = _Simulation(config, hog_calls, stop)
     await simulation.run(on_progress)
     return simulation.stats
+
+
+async def _main(
+    config: SimulationConfig, on_progress: Callable[[SimulationStats, float], None]
+) -> SimulationStats:
+    """:func:`simulate`, stopped early and cleanly (counts printed) by SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    handled = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop.set)
+            handled.append(signum)
+    try:
+        return await simulate(config, on_progress=on_progress, stop=stop)
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
 
 
 async def server_quota(url: str) -> int | None:
@@ -571,7 +599,7 @@ def run(args: argparse.Namespace) -> int:
     bar = _ProgressBar(sys.stderr)
     if args.no_progress:
         bar.enabled = False
-    stats = asyncio.run(simulate(config, on_progress=bar))
+    stats = asyncio.run(_main(config, bar))
     if args.json:
         print(json.dumps(stats.as_dict(), sort_keys=True))
     else:
