@@ -4,7 +4,7 @@
 ``--trusted-proxy 127.0.0.1`` so the simulator's ``X-Forwarded-For`` addresses become
 scopes. A real Prometheus scrapes its ``/metrics`` every second and evaluates
 ``dashboards/alerts.yaml`` every second (with ``for:`` shortened, see
-:func:`.conftest.rules_with_short_for`). While ``mcp-cancellation simulate`` runs:
+:func:`._rules.rules_with_short_for`). While ``mcp-cancellation simulate`` runs:
 
 * ``MCPCancellationQuotaRejectionSpike`` must reach ``firing`` (``/api/v1/alerts``);
 * every query of every panel of both dashboards, with ``$__rate_interval`` replaced by a
@@ -33,8 +33,8 @@ from mcp_cancellation import _dashboards
 
 from ..support import project_root, wait_until
 from ._render import render
+from ._rules import load_dashboard, rules_with_short_for
 from ._servers import DemoProcess, PrometheusServer, stop
-from .conftest import load_dashboard, rules_with_short_for
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(110)]
 

@@ -11,8 +11,8 @@ import yaml
 from mcp_cancellation import _dashboards
 
 from ..support import project_root
+from ._rules import load_dashboard, rules_with_short_for
 from ._servers import binary
-from .conftest import load_dashboard, rules_with_short_for
 
 pytestmark = pytest.mark.prometheus
 
