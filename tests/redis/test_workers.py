@@ -1,0 +1,262 @@
+"""Two real uvicorn worker processes sharing one real redis-server.
+
+Each worker (``tests/redis/_worker.py``) serves the demo MCP app behind
+CancellationMiddleware with a RedisStorage. A ``tools/call`` goes to one worker and the
+``notifications/cancelled`` to the other, as a load balancer would send them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from mcp_cancellation import REQUEST_CANCELLED
+from mcp_cancellation.storage.redis import RedisStorage
+
+from ..support import RedisServer, async_wait_until, free_port, project_root, wait_until
+
+pytestmark = [pytest.mark.redis, pytest.mark.e2e]
+
+HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+CALLER = "ip:127.0.0.1"  # the scope both workers derive for the test client
+
+
+class Worker:
+    """A uvicorn worker subprocess on a free port."""
+
+    def __init__(self, redis_url: str, prefix: str, **options: float) -> None:
+        self.port = free_port()
+        self.log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)  # noqa: SIM115
+        extra: list[str] = []
+        for name, value in options.items():
+            extra += [f"--{name.replace('_', '-')}", str(value)]
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.redis._worker",
+                "--port",
+                str(self.port),
+                "--redis-url",
+                redis_url,
+                "--prefix",
+                prefix,
+                *extra,
+            ],
+            cwd=project_root(),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"worker exited:\n{self.output()}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=1).status_code > 0
+        except httpx.TransportError:
+            return False
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self.log.close()
+        os.unlink(self.log.name)
+
+    def output(self) -> str:
+        with open(self.log.name, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+
+
+StartWorkers = Callable[..., list[Worker]]
+
+
+@pytest.fixture
+def start_workers(prefix: str) -> Iterator[StartWorkers]:
+    started: list[Worker] = []
+
+    def start(server: RedisServer, count: int = 2, **options: float) -> list[Worker]:
+        workers = [Worker(server.url, prefix, **options) for _ in range(count)]
+        started.extend(workers)
+        for worker in workers:
+            wait_until(worker.ready, timeout=30, interval=0.1)
+        return workers
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture
+async def observer(server: RedisServer, prefix: str) -> AsyncIterator[RedisStorage]:
+    """The test's own view of the shared rows (same prefix, not a worker)."""
+    storage = RedisStorage.from_url(
+        server.url, prefix=prefix, socket_timeout=0.5, connect_timeout=0.5, timeout=1.5
+    )
+    yield storage
+    await storage.aclose()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(headers=HEADERS, timeout=15) as client:
+        yield client
+
+
+def call_body(request_id: int, seconds: int) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": "slow_count", "arguments": {"seconds": seconds}},
+    }
+
+
+def cancel_body(request_id: int, reason: str) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": request_id, "reason": reason},
+    }
+
+
+async def tracked(observer: RedisStorage, request_id: int) -> bool:
+    with contextlib.suppress(Exception):
+        return await observer.is_tracked(CALLER, str(request_id))
+    return False
+
+
+async def test_cancel_sent_to_another_worker_stops_the_tool(
+    redis_server: RedisServer,
+    start_workers: StartWorkers,
+    observer: RedisStorage,
+    http: httpx.AsyncClient,
+) -> None:
+    tool_worker, other_worker = start_workers(redis_server)
+
+    # Another caller (another loopback address: another scope) cannot cancel it.
+    call = asyncio.create_task(http.post(tool_worker.url, json=call_body(2, 1)))
+    await async_wait_until(lambda: tracked(observer, 2), within=10)
+    stranger = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+    async with httpx.AsyncClient(transport=stranger, headers=HEADERS, timeout=15) as other:
+        answer = await other.post(other_worker.url, json=cancel_body(2, "not yours"))
+    assert answer.status_code == 202  # accepted and ignored, as MCP permits
+    response = await call
+    assert response.json()["result"]["content"][0]["text"] == "counted to 1"
+    await async_wait_until(lambda: _empty(observer), within=5)
+
+    # The caller itself can, through the other worker. slow_count(30) would take 30 s;
+    # the client gives up after 15 s, so the answer shows the tool stopped early.
+    call = asyncio.create_task(http.post(tool_worker.url, json=call_body(1, 30)))
+    await async_wait_until(lambda: tracked(observer, 1), within=10)
+    answer = await http.post(other_worker.url, json=cancel_body(1, "changed my mind"))
+    assert answer.status_code == 202
+    response = await call
+    error = response.json()["error"]
+    assert error["code"] == REQUEST_CANCELLED
+    assert error["data"] == {"reason": "changed my mind"}
+    # Both rows are gone: the request is untracked and its cancellation cleared.
+    await async_wait_until(lambda: _empty(observer), within=5)
+
+
+async def test_a_killed_workers_rows_go_after_the_heartbeat_ttl(
+    redis_server: RedisServer,
+    start_workers: StartWorkers,
+    observer: RedisStorage,
+    http: httpx.AsyncClient,
+) -> None:
+    doomed, survivor = start_workers(redis_server, heartbeat_ttl=1.0, janitor_interval=0.3)
+    call = asyncio.create_task(http.post(doomed.url, json=call_body(3, 30)))
+    await async_wait_until(lambda: tracked(observer, 3), within=10)
+    doomed.kill()
+    with pytest.raises(httpx.TransportError):
+        await call
+    # Nothing removed the row at once: the worker died without a word ...
+    assert await observer.is_tracked(CALLER, "3")
+    # ... and the survivor's janitor removes it once the heartbeat has expired.
+    await async_wait_until(lambda: _empty(observer), within=10)
+    assert survivor.alive
+
+
+async def test_redis_outage_and_recovery_step_by_step(
+    own_redis: RedisServer,
+    start_workers: StartWorkers,
+    prefix: str,
+    http: httpx.AsyncClient,
+) -> None:
+    server = own_redis
+    tool_worker, other_worker = start_workers(server)
+    observer = RedisStorage.from_url(
+        server.url, prefix=prefix, socket_timeout=0.5, connect_timeout=0.5, timeout=1.5
+    )
+    try:
+        # 0. Redis up: a long call starts and is tracked.
+        long_call = asyncio.create_task(http.post(tool_worker.url, json=call_body(10, 30)))
+        await async_wait_until(lambda: tracked(observer, 10), within=10)
+
+        # 1. Redis down.
+        server.stop()
+        # A cancellation cannot be recorded: a JSON-RPC error with 503, not a 500.
+        answer = await http.post(other_worker.url, json=cancel_body(10, "now"))
+        assert answer.status_code == 503
+        assert answer.json()["error"]["code"] < 0
+        assert answer.headers["retry-after"] == "1"
+        # New calls still run (uncancellable for now) and complete.
+        short = await http.post(tool_worker.url, json=call_body(11, 1))
+        assert short.json()["result"]["content"][0]["text"] == "counted to 1"
+        # Nothing crashed; the long call keeps running.
+        assert tool_worker.alive
+        assert other_worker.alive
+        assert not long_call.done()
+
+        # 2. Redis back (empty: no persistence). Service resumes without a restart: the
+        # tool worker re-tracks its in-flight call (resync), and a cancellation sent to
+        # the other worker reaches it.
+        server.start()
+        await async_wait_until(lambda: tracked(observer, 10), within=10)
+        answer = await http.post(other_worker.url, json=cancel_body(10, "after the outage"))
+        assert answer.status_code == 202
+        response = await long_call
+        assert response.json()["error"]["code"] == REQUEST_CANCELLED
+        assert response.json()["error"]["data"] == {"reason": "after the outage"}
+        await async_wait_until(lambda: _empty(observer), within=5)
+
+        # 3. A fresh call on the other worker, cancelled through the first one.
+        call = asyncio.create_task(http.post(other_worker.url, json=call_body(12, 30)))
+        await async_wait_until(lambda: tracked(observer, 12), within=10)
+        answer = await http.post(tool_worker.url, json=cancel_body(12, "again"))
+        assert answer.status_code == 202
+        assert (await call).json()["error"]["code"] == REQUEST_CANCELLED
+    finally:
+        await observer.aclose()
+
+
+async def _empty(observer: RedisStorage) -> bool:
+    stats = await observer.stats()
+    return stats.total_rows == 0 and stats.total_in_flight == 0
