@@ -117,6 +117,18 @@ def _timeseries(ax: Any, panel: Mapping[str, Any], fetch: Fetch, unit: str) -> N
     ax.legend(fontsize=7, loc="upper left", ncol=2 if len(series) > 4 else 1)
 
 
+_COLORS = {"green": "tab:green", "orange": "tab:orange", "red": "tab:red"}
+
+
+def _threshold_color(panel: Mapping[str, Any], value: float) -> str:
+    """The colour Grafana gives *value*: that of the last threshold step at or below it."""
+    color = "green"
+    for step in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]:
+        if step["value"] is None or value >= step["value"]:
+            color = step["color"]
+    return _COLORS.get(color, color)
+
+
 def _values(ax: Any, panel: Mapping[str, Any], fetch: Fetch, unit: str, bars: bool) -> None:
     items: list[tuple[str, float]] = []
     for target in panel["targets"]:
@@ -137,7 +149,7 @@ def _values(ax: Any, panel: Mapping[str, Any], fetch: Fetch, unit: str, bars: bo
         for index, (label, value) in enumerate(items):
             y = count - 1 - index
             ax.barh(y, scale, color="0.92", height=0.6)
-            ax.barh(y, value * factor, color="tab:orange", height=0.6)
+            ax.barh(y, value * factor, color=_threshold_color(panel, value), height=0.6)
             ax.text(0.005 * scale, y, f" {label}", va="center", fontsize=8)
             ax.text(scale, y, _format(value, unit) + " ", va="center", ha="right", fontsize=8)
         ax.set_xlim(0, scale or 1)
