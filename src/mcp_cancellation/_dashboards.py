@@ -29,13 +29,18 @@ from typing import Any
 __all__ = [
     "DASHBOARDS",
     "RUNBOOK_BASE",
+    "SCHEMA_VERSION",
     "PanelQuery",
     "build",
+    "build_dashboard",
     "check_dashboard",
     "check_rules",
+    "github_anchor",
     "known_metric_names",
+    "main",
     "metric_names_in",
     "panel_queries",
+    "render",
     "substitute",
 ]
 
@@ -538,6 +543,7 @@ class PanelQuery:
 
 
 def panel_queries(document: Mapping[str, Any]) -> Iterator[PanelQuery]:
+    """Every query of every panel of *document*, in panel order."""
     for panel in _all_panels(document):
         for target in panel.get("targets", []):
             yield PanelQuery(
@@ -697,6 +703,7 @@ def _check_all(directory: Path, docs: Path | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m mcp_cancellation._dashboards [--check]``; 1 when something is wrong."""
     parser = argparse.ArgumentParser(prog="python -m mcp_cancellation._dashboards")
     parser.add_argument("--dir", type=Path, default=Path("dashboards"), help="output directory")
     parser.add_argument("--docs", type=Path, default=Path("docs"), help="docs directory")
