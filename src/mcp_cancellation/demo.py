@@ -270,7 +270,16 @@ def run(args: argparse.Namespace) -> int:
     signals.request_cancelled.connect(_log_cancellation, sender=registry, weak=False)
     print(_instructions(args.host, args.port, args.json_response), flush=True)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
+        # proxy_headers=False: uvicorn would otherwise rewrite the client address from
+        # X-Forwarded-For itself (it trusts 127.0.0.1 by default); --trusted-proxy decides.
+        uvicorn.run(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            lifespan="on",
+            proxy_headers=False,
+        )
     except KeyboardInterrupt:  # pragma: no cover - uvicorn handles SIGINT itself
         pass
     finally:

@@ -170,7 +170,11 @@ class CancellationMiddleware:
         """The cancellation scope of an HTTP request (after the session resolver)."""
         resolver = self.session_resolver
         if resolver is not None:
-            session = resolver(scope)
+            try:
+                session = resolver(scope)
+            except Exception:  # a failing resolver must not fail the request
+                logger.exception("session_resolver failed; scoping by principal or address")
+                session = None
             if isinstance(session, str) and session:
                 scope[SESSION_KEY] = session
         return scope_of(scope, trusted_proxies=self.trusted_proxies)
