@@ -157,8 +157,14 @@ def test_dashboards_and_alerts_against_real_prometheus(tmp_path: Path) -> None:
         assert stats["calls_cancelled"] > 0  # well-behaved clients cancel their own calls
         assert stats["quota_rejected"] > 0  # hogs are refused past their quota
         assert stats["flood_ignored"] > 0.9 * stats["flood_sent"]  # flood: 202, ignored
-        rejected = prometheus.query('sum(mcp_cancellation_rejected_total{reason="quota"})')
-        assert float(rejected[0]["value"][1]) >= stats["quota_rejected"] * 0.9
+
+        # Every refusal the simulator saw was counted (the server may count a few more: the
+        # answers to requests in flight when the simulator stopped were never read).
+        def counted() -> float:
+            result = prometheus.query('sum(mcp_cancellation_rejected_total{reason="quota"})')
+            return float(result[0]["value"][1])
+
+        wait_until(lambda: counted() >= stats["quota_rejected"], timeout=10, interval=0.5)
         # The flood never held a row, in any scrape of the run.
         flood_rows = prometheus.query(
             f'max_over_time(mcp_cancellation_scope_rows{{scope=~"{FLOOD_SCOPES}"}}[5m])'
@@ -167,7 +173,9 @@ def test_dashboards_and_alerts_against_real_prometheus(tmp_path: Path) -> None:
         hogs = prometheus.query(
             f'max_over_time(mcp_cancellation_scope_rows{{scope=~"{HOG_SCOPES}"}}[5m])'
         )
-        assert {float(h["value"][1]) for h in hogs} == {float(QUOTA)}
+        assert len(hogs) == 2  # both hogs were among the top scopes by rows ...
+        assert max(float(h["value"][1]) for h in hogs) == QUOTA  # ... one reached the quota,
+        assert all(float(h["value"][1]) <= QUOTA for h in hogs)  # and none went past it
         evicted = prometheus.query("sum(mcp_cancellation_evicted_total)")
         assert float(evicted[0]["value"][1]) > 0
 
