@@ -1,0 +1,171 @@
+"""Redis faults at the storage boundary: bounded waits, StorageUnavailable, requests that
+still complete, rows that are never leaked, and service that resumes by itself."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+
+import pytest
+from redis.asyncio import Redis
+
+from mcp_cancellation import CancellationRegistry, StorageUnavailable
+from mcp_cancellation.storage.redis import RedisStorage
+from redis import exceptions as redis_errors
+
+from ..support import RedisServer, async_wait_until
+from .conftest import MakeRegistry
+
+pytestmark = pytest.mark.redis
+
+FAST = {
+    "socket_timeout": 0.3,
+    "connect_timeout": 0.3,
+    "timeout": 1.0,
+    "reconnect_backoff": (0.05, 0.2),
+}
+
+
+@pytest.fixture
+def server(own_redis: RedisServer) -> RedisServer:
+    """Every test here gets a redis-server of its own to break."""
+    return own_redis
+
+
+@pytest.fixture
+def black_hole() -> Iterator[str]:
+    """A TCP port that accepts connections and never answers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield f"redis://127.0.0.1:{sock.getsockname()[1]}/0"
+
+
+async def test_a_server_that_never_answers_costs_a_bounded_wait(black_hole: str) -> None:
+    registry = CancellationRegistry(
+        RedisStorage.from_url(black_hole, prefix="hole", **FAST),  # type: ignore[arg-type]
+        janitor_interval=None,
+    )
+    try:
+        with pytest.raises(StorageUnavailable) as info:
+            await registry.cancel(1, "x", scope="s")
+        assert isinstance(info.value.__cause__, redis_errors.RedisError | TimeoutError)
+        with pytest.raises(StorageUnavailable):
+            await registry.is_cancelled(1, scope="s")
+        async with registry.request(1, "s") as token:  # tracks without the storage
+            assert not token.cancelled
+    finally:
+        await registry.aclose()
+
+
+async def test_outage_then_recovery_without_restarting(
+    server: RedisServer, make_registry: MakeRegistry
+) -> None:
+    tool_worker = make_registry(storage=dict(FAST))
+    other_worker = make_registry(storage=dict(FAST))
+    release = {"before": asyncio.Event(), "during": asyncio.Event()}
+    tokens: dict[str, object] = {}
+
+    async def tool(request_id: str) -> str:
+        async with tool_worker.request(request_id, "s") as token:
+            tokens[request_id] = token
+            await release[request_id].wait()
+            return "cancelled" if token.cancelled else "completed"
+
+    # Up: a request is in flight.
+    before = asyncio.create_task(tool("before"))
+    await async_wait_until(lambda: other_worker.in_flight("before", scope="s"))
+
+    # Down: every call raises StorageUnavailable (from the redis error) ...
+    server.stop()
+    with pytest.raises(StorageUnavailable) as info:
+        await other_worker.cancel_in_flight("before", "now", scope="s")
+    assert isinstance(info.value.__cause__, redis_errors.ConnectionError)
+    with pytest.raises(StorageUnavailable):
+        await other_worker.cancel("before", scope="s")
+    with pytest.raises(StorageUnavailable):
+        await other_worker.cleanup()
+    # ... yet a request starts, runs uncancelled and completes.
+    during = asyncio.create_task(tool("during"))
+    await async_wait_until(lambda: "during" in tokens)
+    release["during"].set()
+    assert await during == "completed"
+    assert not before.done()
+
+    # Back (empty): the in-flight request is tracked again and can be cancelled from
+    # the other worker, without restarting either.
+    server.start()
+    await async_wait_until(_quietly(other_worker.in_flight, "before", scope="s"), within=10)
+    assert await other_worker.cancel_in_flight("before", "after", scope="s")
+    await async_wait_until(lambda: tokens["before"].cancelled, within=5)  # type: ignore[attr-defined]
+    release["before"].set()
+    assert await before == "cancelled"
+    stats = await other_worker.stats()
+    assert stats.total_rows == 0
+    assert stats.total_in_flight == 0
+
+
+def _quietly(fn: object, *args: object, **kwargs: object) -> object:
+    async def check() -> bool:
+        try:
+            return bool(await fn(*args, **kwargs))  # type: ignore[operator]
+        except StorageUnavailable:
+            return False
+
+    return check
+
+
+async def test_finish_completes_although_the_request_task_is_cancelled(
+    make_registry: MakeRegistry, server: RedisServer
+) -> None:
+    registry = make_registry()
+    inside = asyncio.Event()
+    leave = asyncio.Event()
+
+    async def tool() -> None:
+        async with registry.request("r", "s"):
+            inside.set()
+            await leave.wait()
+
+    await registry.cancel("r", "reason", scope="s")
+    task = asyncio.create_task(tool())
+    await inside.wait()
+    pauser = Redis.from_url(server.url)
+    try:
+        await pauser.client_pause(400)  # finish() will wait in Redis for 0.4 s
+        leave.set()
+        await asyncio.sleep(0.1)
+        task.cancel()  # while finish() is waiting
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await pauser.aclose()
+    assert not await registry.in_flight("r", scope="s")
+    assert not await registry.is_cancelled("r", scope="s")
+
+
+async def test_rows_a_failed_finish_left_are_released_when_redis_returns() -> None:
+    # A persistent Redis: its rows survive the restart, so a failed finish() would leak
+    # the in-flight row for as long as this (live) worker keeps its heartbeat.
+    with RedisServer("--appendonly", "yes", "--appendfsync", "always") as server:
+        storage = RedisStorage.from_url(server.url, prefix="aof", **FAST)  # type: ignore[arg-type]
+        registry = CancellationRegistry(storage, janitor_interval=None)
+        observer = RedisStorage.from_url(server.url, prefix="aof", **FAST)  # type: ignore[arg-type]
+        try:
+            async with registry.request("r", "s"):
+                assert await observer.is_tracked("s", "r")
+                server.stop()
+            # finish() failed; the request ended normally all the same.
+            server.start()
+            assert await observer.is_tracked("s", "r")  # the row came back from disk ...
+            # ... and the worker releases it by itself once it reconnects (resync).
+            await async_wait_until(_quietly(_untracked, observer), within=10)
+            assert (await observer.stats()).in_flight == {}
+        finally:
+            await registry.aclose()
+            await observer.aclose()
+
+
+async def _untracked(observer: RedisStorage) -> bool:
+    return not await observer.is_tracked("s", "r")
