@@ -97,6 +97,17 @@ class Result:
     rps: float
     p50: float
     p99: float
+    cpu: float | None = None  # server CPU seconds per request (user + system)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time used so far by process *pid* (Linux ``/proc``), or ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 _ids = itertools.count(1)
@@ -120,7 +131,7 @@ def cancel_notification() -> dict[str, Any]:
 
 
 async def drive(
-    url: str, body: Callable[[], dict[str, Any]], concurrency: int, duration: float
+    url: str, body: Callable[[], dict[str, Any]], concurrency: int, duration: float, pid: int
 ) -> Result:
     """*concurrency* workers post *body* back to back for *duration* seconds."""
     latencies: list[float] = []
@@ -138,23 +149,31 @@ async def drive(
 
         warmup = time.perf_counter() + min(1.0, duration / 4)
         await asyncio.gather(*(worker(warmup, False) for _ in range(concurrency)))
+        cpu_before = cpu_seconds(pid)
         began = time.perf_counter()
         await asyncio.gather(*(worker(began + duration, True) for _ in range(concurrency)))
         elapsed = time.perf_counter() - began
+        cpu_after = cpu_seconds(pid)
     latencies.sort()
+    cpu = None
+    if cpu_before is not None and cpu_after is not None:
+        cpu = (cpu_after - cpu_before) / len(latencies)
     return Result(
         rps=len(latencies) / elapsed,
         p50=statistics.median(latencies),
         p99=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        cpu=cpu,
     )
 
 
 def best(results: list[Result]) -> Result:
     """Best of the rounds: highest throughput, lowest latencies (noise only adds)."""
+    cpus = [r.cpu for r in results if r.cpu is not None]
     return Result(
         rps=max(r.rps for r in results),
         p50=min(r.p50 for r in results),
         p99=min(r.p99 for r in results),
+        cpu=statistics.median(cpus) if cpus else None,
     )
 
 
@@ -177,14 +196,17 @@ async def run(args: argparse.Namespace) -> None:
                 # Alternate which goes first, so neither always follows the other.
                 order = ("bare", "wrapped") if round_ % 2 == 0 else ("wrapped", "bare")
                 for kind in order:
-                    url = servers[kind][1]
-                    results[kind].append(await drive(url, body, args.concurrency, args.duration))
+                    process, url = servers[kind]
+                    results[kind].append(
+                        await drive(url, body, args.concurrency, args.duration, process.pid)
+                    )
             bare, wrapped = best(results["bare"]), best(results["wrapped"])
             print(f"\n  {name}  (best of {args.rounds} rounds)")
             for kind, result in (("bare SDK", bare), ("with middleware", wrapped)):
+                cpu = f"   server CPU {result.cpu * 1e3:6.3f} ms/req" if result.cpu else ""
                 print(
                     f"    {kind:<16} {result.rps:9.1f} req/s   p50 {result.p50 * 1e3:7.2f} ms"
-                    f"   p99 {result.p99 * 1e3:7.2f} ms"
+                    f"   p99 {result.p99 * 1e3:7.2f} ms{cpu}"
                 )
             # Rounds run in bare/wrapped pairs, back to back: the median of the pairs'
             # ratios is the figure least moved by other load on the machine.
@@ -200,6 +222,14 @@ async def run(args: argparse.Namespace) -> None:
                 f"{'met' if throughput >= 0.95 else 'MISSED'}), p99 {p99:.3f}x "
                 f"(target <= 1.1x: {'met' if p99 <= 1.1 else 'MISSED'})"
             )
+            if bare.cpu and wrapped.cpu:
+                # At saturation throughput is 1 / CPU per request: this ratio is the
+                # figure least disturbed by other load on a shared machine.
+                capacity = bare.cpu / wrapped.cpu
+                print(
+                    f"    server CPU per request: capacity ratio {capacity:.3f}x "
+                    f"(target >= 0.95x: {'met' if capacity >= 0.95 else 'MISSED'})"
+                )
     finally:
         for process, _ in servers.values():
             process.terminate()

@@ -75,6 +75,33 @@ def test_trusted_proxies_normalised() -> None:
     assert middleware.trusted_proxies == ("127.0.0.1/32", "10.0.0.0/8", "::1/128")
 
 
+@pytest.mark.parametrize(
+    "client",
+    [
+        ("127.0.0.1", 1),
+        ("::ffff:192.0.2.7", 2),
+        ("2001:db8:1:2:3:4:5:6", 3),
+        ("fe80::1%eth0", 4),
+        ("not an address", 5),
+        None,
+    ],
+)
+@pytest.mark.parametrize("trusted", [(), ("127.0.0.1",)])
+def test_caller_scope_matches_scope_of(
+    client: tuple[str, int] | None, trusted: tuple[str, ...]
+) -> None:
+    from mcp_cancellation import scope_of
+
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    middleware = CancellationMiddleware(_noop_app, registry=registry, trusted_proxies=trusted)
+    scope: Scope = {
+        "type": "http",
+        "client": client,
+        "headers": [(b"x-forwarded-for", b"198.51.100.9")],
+    }
+    assert middleware.caller_scope(dict(scope)) == scope_of(scope, trusted_proxies=trusted)
+
+
 # -- lifespan ------------------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ optional ``session_resolver`` put a server-validated session id in it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import math
@@ -36,7 +37,7 @@ from ..errors import (
     StorageUnavailable,
 )
 from ..registry import CancellationRegistry
-from ..scope import SESSION_KEY, scope_of
+from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of
 from ..token import RequestToken
 from . import _jsonrpc
 
@@ -177,6 +178,17 @@ class CancellationMiddleware:
                 session = None
             if isinstance(session, str) and session:
                 scope[SESSION_KEY] = session
+        if (
+            not self.trusted_proxies
+            and SESSION_KEY not in scope
+            and PRINCIPAL_KEY not in scope
+            and "user" not in scope
+            and scope.get("type") == "http"
+        ):
+            # The common case, an anonymous caller with no proxy: what scope_of() returns,
+            # without parsing the same address again for every request.
+            client = scope.get("client")
+            return _ip_scope(client[0] if client else None)
         return scope_of(scope, trusted_proxies=self.trusted_proxies)
 
     # -- lifespan ------------------------------------------------------------------------
@@ -312,6 +324,11 @@ class CancellationMiddleware:
             return
         async with context as token:
             await _Exchange(self, scope, receive, send, body, token, caller).run()
+
+
+@functools.lru_cache(maxsize=4096)
+def _ip_scope(address: str | None) -> str:
+    return f"ip:{client_bucket(address)}"
 
 
 def _replay(body: bytes, trailing: Message | None, receive: Receive) -> Receive:
