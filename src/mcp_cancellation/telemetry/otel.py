@@ -2,8 +2,9 @@
 
 :func:`instrument` connects to :mod:`mcp_cancellation.signals`; :func:`uninstrument`
 disconnects. Signals are sent synchronously by the task that called the registry, so the
-*current* span is the caller's (inside an MCP server, the SDK's request span) and every span
-below is its child.
+*current* span is the caller's and every span below is its child: the HTTP server span of
+a ``notifications/cancelled`` POST (the middleware answers it in front of the SDK), the
+SDK's request span for ``registry.cancel()`` from tool code, no parent for the janitor.
 
 Spans (tracer ``mcp_cancellation``, the package version):
 
