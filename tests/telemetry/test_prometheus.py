@@ -338,3 +338,11 @@ async def test_gauges_with_redis_storage_come_from_awaited_stats(
         app.bridge.uninstall()
     finally:
         await registry.aclose()
+
+
+def test_multiprocess_dir_must_exist(tmp_path: Any) -> None:
+    registry = CancellationRegistry(janitor_interval=None)
+    with pytest.raises(ConfigurationError, match="not a directory"):
+        PrometheusBridge(
+            registry, collector_registry=None, multiprocess_dir=str(tmp_path / "missing")
+        )

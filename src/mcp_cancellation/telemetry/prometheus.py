@@ -304,6 +304,8 @@ class PrometheusBridge:
         self.labeler = ScopeLabeler(hash_key)
         self.hitters = SpaceSaving(capacity)
         directory = multiprocess_dir or os.environ.get(MULTIPROC_ENV) or None
+        if directory is not None:
+            _check_multiprocess(directory)
         self.multiprocess_dir = directory
         self._files = _HitterFiles(directory, self.hitters) if directory else None
         self._collector = _StateCollector(self)
@@ -577,6 +579,21 @@ class PrometheusBridge:
         finally:
             _pending.reset(token)
         return body, content_type
+
+
+def _check_multiprocess(directory: str) -> None:
+    if not os.path.isdir(directory):
+        raise ConfigurationError(f"{MULTIPROC_ENV}={directory!r} is not a directory")
+    from prometheus_client import values
+
+    if values.ValueClass is values.MutexValue:
+        # prometheus_client chose its value storage when it was imported, before the
+        # variable was set: this process's counters will be missing from the exposition.
+        logger.warning(
+            "%s is set but prometheus_client was imported before it: set it before the "
+            "process starts, or this worker's counters are not shared",
+            MULTIPROC_ENV,
+        )
 
 
 def _disconnect(receivers: list[tuple[Any, Callable[..., None]]]) -> None:
