@@ -289,3 +289,27 @@ async def test_a_failing_receiver_never_breaks_cancel(
     await registry.cancel(1, "stop", "ip:192.0.2.1")
     assert await registry.is_cancelled(1, "ip:192.0.2.1")
     assert "exporter exploded" in caplog.text
+
+
+async def test_row_gauges_for_one_registry(
+    make_memory_registry: Any,
+    tracer_provider: TracerProvider,
+    meter_provider: MeterProvider,
+    metric_reader: InMemoryMetricReader,
+) -> None:
+    registry: CancellationRegistry = make_memory_registry()
+    otel.instrument(registry, tracer_provider=tracer_provider, meter_provider=meter_provider)
+    await registry.cancel(1, None, "ip:192.0.2.1")
+    await registry.cancel(2, None, "ip:192.0.2.9")
+    async with registry.request(3, SESSION):
+        rows = points(metric_reader, "mcp.cancellation.rows")
+        in_flight = points(metric_reader, "mcp.cancellation.in_flight")
+    kinds = ("session", "principal", "ip", "global", "other")
+    assert rows == {
+        frozenset({("mcp.cancellation.scope_kind", k)}): 2 if k == "ip" else 0 for k in kinds
+    }
+    assert in_flight == {
+        frozenset({("mcp.cancellation.scope_kind", k)}): 1 if k == "session" else 0 for k in kinds
+    }
+    otel.uninstrument(registry)
+    assert points(metric_reader, "mcp.cancellation.rows") == {}

@@ -30,7 +30,9 @@ Evictions and rejections are spans rather than events so that they are recorded 
 nothing else is being traced. Counters (meter ``mcp_cancellation``) mirror the Prometheus
 ones: ``mcp.cancellation.cancelled``, ``mcp.cancellation.rejected``,
 ``mcp.cancellation.evicted``, ``mcp.cancellation.cleanup.removed``, plus the histogram
-``mcp.cancellation.cleanup.duration`` (seconds). See ``docs/metrics.md``.
+``mcp.cancellation.cleanup.duration`` (seconds) and, when one registry is instrumented and
+its storage can be read synchronously (memory), the observable gauges
+``mcp.cancellation.rows`` and ``mcp.cancellation.in_flight``. See ``docs/metrics.md``.
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ from typing import TYPE_CHECKING, Any
 
 from blinker import ANY
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import Status, StatusCode
 
 from .. import signals
 from ..__about__ import __version__
-from ..scope import scope_kind
+from ..scope import SCOPE_KINDS, scope_kind
+from ..storage.base import StorageStats
 from ._guard import never_raise
 from ._labels import ScopeLabeler
 
@@ -108,6 +112,8 @@ METER_INSTRUMENTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "mcp.cancellation.evicted": ("counter", "{row}", (SCOPE_KIND,)),
     "mcp.cancellation.cleanup.removed": ("counter", "{row}", (TABLE,)),
     "mcp.cancellation.cleanup.duration": ("histogram", "s", ()),
+    "mcp.cancellation.rows": ("gauge", "{row}", (SCOPE_KIND,)),
+    "mcp.cancellation.in_flight": ("gauge", "{row}", (SCOPE_KIND,)),
 }
 
 _NOTIFICATION = "notifications/cancelled"
@@ -158,6 +164,21 @@ class OpenTelemetryBridge:
         self._duration = meter.create_histogram(
             "mcp.cancellation.cleanup.duration", "s", "Duration of cleanup passes."
         )
+        if registry is not None:
+            # Row gauges need the storage's state: read synchronously when the storage
+            # allows it (MemoryStorage), else not observed.
+            meter.create_observable_gauge(
+                "mcp.cancellation.rows",
+                [self._observe_rows],
+                "{row}",
+                "Cancellation rows, by scope kind.",
+            )
+            meter.create_observable_gauge(
+                "mcp.cancellation.in_flight",
+                [self._observe_in_flight],
+                "{row}",
+                "In-flight request rows, by scope kind.",
+            )
         self._lock = threading.Lock()
         self._installed = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -199,6 +220,30 @@ class OpenTelemetryBridge:
                 self._finalizer.detach()
                 self._finalizer = None
             _disconnect(self._receivers())
+
+    # -- observable gauges -------------------------------------------------------------
+
+    def _stats(self) -> StorageStats | None:
+        registry = self._registry_ref() if self._registry_ref is not None else None
+        if registry is None or not self._installed:
+            return None
+        nowait = getattr(registry.storage, "stats_nowait", None)
+        return nowait() if nowait is not None else None
+
+    def _observe(self, table: str) -> list[Observation]:
+        stats = self._stats()
+        if stats is None:
+            return []
+        by_kind = dict.fromkeys(SCOPE_KINDS, 0)
+        for scope, count in getattr(stats, table).items():
+            by_kind[scope_kind(scope)] += count
+        return [Observation(count, {SCOPE_KIND: kind}) for kind, count in by_kind.items()]
+
+    def _observe_rows(self, options: CallbackOptions) -> list[Observation]:
+        return self._observe("rows")
+
+    def _observe_in_flight(self, options: CallbackOptions) -> list[Observation]:
+        return self._observe("in_flight")
 
     # -- receivers ---------------------------------------------------------------------
 
