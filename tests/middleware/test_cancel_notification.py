@@ -100,10 +100,11 @@ async def test_other_caller_cannot_cancel(
     await harness.wait_empty()
 
 
+@pytest.mark.parametrize("flavour", FLAVOURS)
 async def test_same_id_two_callers_cancel_one_only(
-    serve: Serve, http: httpx.AsyncClient, other_http: httpx.AsyncClient
+    serve: Serve, http: httpx.AsyncClient, other_http: httpx.AsyncClient, flavour: str
 ) -> None:
-    harness = serve("sdk", json_response=True)
+    harness = serve(flavour, json_response=True)
     answers: dict[str, httpx.Response] = {}
 
     async def call(

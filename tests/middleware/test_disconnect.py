@@ -85,10 +85,11 @@ async def test_disconnect_cancels_polling_tool(
 @pytest.mark.parametrize(
     "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
 )
+@pytest.mark.parametrize("flavour", ["sdk", "fastmcp"])
 async def test_tool_ignoring_polling_is_cancelled_after_timeout(
-    serve: Serve, http: httpx.AsyncClient, version: str, json_response: bool
+    serve: Serve, http: httpx.AsyncClient, version: str, json_response: bool, flavour: str
 ) -> None:
-    harness = serve("sdk", json_response=json_response, stream_cancel_timeout=0.2)
+    harness = serve(flavour, json_response=json_response, stream_cancel_timeout=0.2)
     key = await call_then_hang_up(harness, http, version, "stuck", 77)
     await wait_disconnect_recorded(harness, key)
     assert await harness.wait_outcome(key, "killed", "completed") == "killed"
