@@ -132,9 +132,11 @@ def _source(method: str | None) -> str:
 class OpenTelemetryBridge:
     """Spans and counters for the signals of one registry (or of all, with ``None``).
 
-    Providers default to the global ones at :meth:`install` time. :meth:`install` and
-    :meth:`uninstall` are idempotent. Prefer :func:`instrument`, which keeps one bridge
-    per registry.
+    Providers default to the global ones (through OpenTelemetry's proxies, so a provider
+    set later is used). :meth:`install` and :meth:`uninstall` are idempotent. Prefer
+    :func:`instrument`, which keeps one bridge per registry. Bridges sharing a meter
+    provider share its instruments: their counters add up, and the row gauges observe
+    the first bridge's registry only.
     """
 
     def __init__(
