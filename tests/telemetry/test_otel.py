@@ -311,5 +311,15 @@ async def test_row_gauges_for_one_registry(
     assert in_flight == {
         frozenset({("mcp.cancellation.scope_kind", k)}): 1 if k == "session" else 0 for k in kinds
     }
+    # A second registry on the same meter provider: the gauges add both up.
+    second: CancellationRegistry = make_memory_registry()
+    otel.instrument(second, tracer_provider=tracer_provider, meter_provider=meter_provider)
+    await second.cancel(1, None, "principal:dave")
+    rows = points(metric_reader, "mcp.cancellation.rows")
+    assert rows[frozenset({("mcp.cancellation.scope_kind", "ip")})] == 2
+    assert rows[frozenset({("mcp.cancellation.scope_kind", "principal")})] == 1
     otel.uninstrument(registry)
+    rows = points(metric_reader, "mcp.cancellation.rows")
+    assert rows[frozenset({("mcp.cancellation.scope_kind", "ip")})] == 0
+    otel.uninstrument(second)
     assert points(metric_reader, "mcp.cancellation.rows") == {}

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from blinker import ANY
@@ -135,8 +136,7 @@ class OpenTelemetryBridge:
     Providers default to the global ones (through OpenTelemetry's proxies, so a provider
     set later is used). :meth:`install` and :meth:`uninstall` are idempotent. Prefer
     :func:`instrument`, which keeps one bridge per registry. Bridges sharing a meter
-    provider share its instruments: their counters add up, and the row gauges observe
-    the first bridge's registry only.
+    provider share its instruments: their counters and row gauges add up.
     """
 
     def __init__(
@@ -169,18 +169,8 @@ class OpenTelemetryBridge:
         if registry is not None:
             # Row gauges need the storage's state: read synchronously when the storage
             # allows it (MemoryStorage), else not observed.
-            meter.create_observable_gauge(
-                "mcp.cancellation.rows",
-                [self._observe_rows],
-                "{row}",
-                "Cancellation rows, by scope kind.",
-            )
-            meter.create_observable_gauge(
-                "mcp.cancellation.in_flight",
-                [self._observe_in_flight],
-                "{row}",
-                "In-flight request rows, by scope kind.",
-            )
+            for table in ("rows", "in_flight"):
+                _join_gauge(meter, table, self)
         self._lock = threading.Lock()
         self._installed = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -232,20 +222,10 @@ class OpenTelemetryBridge:
         nowait = getattr(registry.storage, "stats_nowait", None)
         return nowait() if nowait is not None else None
 
-    def _observe(self, table: str) -> list[Observation]:
+    def _counts(self, table: str) -> Mapping[str, int] | None:
+        """Rows (or in-flight rows) per scope, if installed and readable synchronously."""
         stats = self._stats()
-        if stats is None:
-            return []
-        by_kind = dict.fromkeys(SCOPE_KINDS, 0)
-        for scope, count in getattr(stats, table).items():
-            by_kind[scope_kind(scope)] += count
-        return [Observation(count, {SCOPE_KIND: kind}) for kind, count in by_kind.items()]
-
-    def _observe_rows(self, options: CallbackOptions) -> list[Observation]:
-        return self._observe("rows")
-
-    def _observe_in_flight(self, options: CallbackOptions) -> list[Observation]:
-        return self._observe("in_flight")
+        return None if stats is None else getattr(stats, table)
 
     # -- receivers ---------------------------------------------------------------------
 
@@ -335,6 +315,48 @@ class OpenTelemetryBridge:
         span.set_status(Status(StatusCode.ERROR, reason))
         span.end()
         self._rejected.add(1, {SCOPE_KIND: kind, REJECTION_REASON: reason})
+
+
+class _GaugeMembers:
+    """The bridges observed by one observable gauge (one per meter and table).
+
+    A meter provider hands out one instrument per name, keeping the first callback, so
+    bridges of several registries on one provider join the first one's member set and
+    their rows add up, as their counters do.
+    """
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self.bridges: weakref.WeakSet[OpenTelemetryBridge] = weakref.WeakSet()
+
+    def observe(self, options: CallbackOptions) -> list[Observation]:
+        by_kind = dict.fromkeys(SCOPE_KINDS, 0)
+        seen = False
+        for bridge in list(self.bridges):
+            counts = bridge._counts(self.table)
+            if counts is None:
+                continue
+            seen = True
+            for scope, count in counts.items():
+                by_kind[scope_kind(scope)] += count
+        if not seen:
+            return []
+        return [Observation(count, {SCOPE_KIND: kind}) for kind, count in by_kind.items()]
+
+
+_GAUGE_HELP = {"rows": "Cancellation rows, by scope kind.", "in_flight": "In-flight request rows."}
+_gauges: weakref.WeakKeyDictionary[Any, _GaugeMembers] = weakref.WeakKeyDictionary()
+_gauges_lock = threading.Lock()
+
+
+def _join_gauge(meter: metrics.Meter, table: str, bridge: OpenTelemetryBridge) -> None:
+    with _gauges_lock:
+        members = _GaugeMembers(table)
+        instrument = meter.create_observable_gauge(
+            f"mcp.cancellation.{table}", [members.observe], "{row}", _GAUGE_HELP[table]
+        )
+        members = _gauges.setdefault(instrument, members)
+        members.bridges.add(bridge)
 
 
 def _disconnect(receivers: list[tuple[Any, Any]]) -> None:
