@@ -346,3 +346,30 @@ def test_multiprocess_dir_must_exist(tmp_path: Any) -> None:
         PrometheusBridge(
             registry, collector_registry=None, multiprocess_dir=str(tmp_path / "missing")
         )
+
+
+@pytest.mark.redis
+async def test_scrape_survives_a_redis_outage(caplog: pytest.LogCaptureFixture) -> None:
+    from mcp_cancellation.storage.redis import RedisStorage
+
+    from ..support import RedisServer
+
+    with RedisServer() as redis:
+        registry = CancellationRegistry(
+            RedisStorage.from_url(redis.url, prefix="telemetry-outage"), janitor_interval=None
+        )
+        try:
+            app = metrics_app(registry)
+            await registry.cancel(1, None, "ip:192.0.2.1")
+            body, _ = await app.bridge.render()
+            assert value(samples(body.decode()), P + "rows", scope_kind="ip") == 1
+            redis.stop()
+            body, _ = await app.bridge.render()
+            parsed = samples(body.decode())
+            assert value(parsed, P + "cancelled_total", scope_kind="ip") == 1
+            assert value(parsed, P + "max_rows") == 10_000
+            assert series(parsed, P + "rows") == {}  # left out, not stale
+            assert "cancellation stats unavailable" in caplog.text
+            app.bridge.uninstall()
+        finally:
+            await registry.aclose()

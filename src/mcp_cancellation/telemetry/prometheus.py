@@ -473,7 +473,7 @@ class PrometheusBridge:
         """Await the registry's stats and keep them for collectors that cannot await.
 
         Returns the snapshot, or ``None`` if the registry is gone or its storage failed
-        (logged; the previous snapshot is kept).
+        (logged; row gauges are then left out rather than shown stale).
         """
         registry = self._registry_ref()
         if registry is None:
@@ -482,6 +482,7 @@ class PrometheusBridge:
             stats = await registry.stats()
         except Exception as exc:
             logger.warning("cancellation stats unavailable for /metrics: %s", exc)
+            self._snapshot = None
             return None
         self._snapshot = stats
         return stats
