@@ -19,7 +19,6 @@ __all__ = [
     "QUOTA_ERROR",
     "Message",
     "classify",
-    "params_missing",
     "header",
     "is_handshake_version",
     "send_accepted",
@@ -85,16 +84,8 @@ def classify(body: bytes) -> Message:
             return _OTHER
         return Message("request", decoded["id"], None, method)
     if method == CANCELLED_METHOD:
-        return Message("cancel", None, decoded.get("params", _MISSING), method)
+        return Message("cancel", None, decoded.get("params"), method)
     return _OTHER
-
-
-#: Marks an absent ``params`` member (distinct from ``"params": null``).
-_MISSING: Final = object()
-
-
-def params_missing(params: object) -> bool:
-    return params is _MISSING
 
 
 def header(scope: Scope, name: bytes) -> str | None:
