@@ -18,8 +18,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from mcp_cancellation import CancellationRegistry, MemoryStorage
+from mcp_cancellation import CancellationRegistry, MemoryStorage, signals
 from mcp_cancellation.telemetry import otel
+from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 
 
 @pytest.fixture
@@ -52,12 +53,29 @@ def meter_provider(metric_reader: InMemoryMetricReader) -> Iterator[MeterProvide
     provider.shutdown()
 
 
+_SIGNALS = (
+    signals.request_cancelled,
+    signals.cancellation_cleanup,
+    signals.cancellation_evicted,
+    signals.cancellation_rejected,
+)
+
+
 @pytest.fixture(autouse=True)
-def _no_leftover_instrumentation() -> Iterator[None]:
-    """Every test starts and ends without module-level OTel instrumentation."""
+def _no_leftover_bridges() -> Iterator[None]:
+    """Every test ends with the bridges it installed uninstalled, so that no receiver of
+    ours outlives it (other test areas may count the signals' receivers)."""
     otel.uninstrument()
+    before = {id(r) for signal in _SIGNALS for r in signal.receivers.values()}
     yield
     otel.uninstrument()
+    for signal in _SIGNALS:
+        for receiver in list(signal.receivers.values()):
+            owner = getattr(receiver, "__self__", None)
+            if id(receiver) not in before and isinstance(
+                owner, PrometheusBridge | otel.OpenTelemetryBridge
+            ):
+                owner.uninstall()
 
 
 @pytest.fixture
