@@ -269,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     signals.request_cancelled.connect(_log_cancellation, sender=registry, weak=False)
     print(_instructions(args.host, args.port, args.json_response), flush=True)
+    print(f"registry: {registry!r}\n", flush=True)
     try:
         # proxy_headers=False: uvicorn would otherwise rewrite the client address from
         # X-Forwarded-For itself (it trusts 127.0.0.1 by default); --trusted-proxy decides.
