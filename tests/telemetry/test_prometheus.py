@@ -248,6 +248,8 @@ async def test_metrics_app_reuses_its_bridge(make_memory_registry: Any) -> None:
     assert first.bridge is second.bridge
     with pytest.raises(ConfigurationError):
         metrics_app(registry, top_k=5)
+    with pytest.raises(ConfigurationError):
+        metrics_app(registry, hash_key="another key")
     await registry.cancel(1)
     body, _ = await first.bridge.render()
     assert value(samples(body.decode()), P + "cancelled_total", scope_kind="global") == 1

@@ -49,6 +49,10 @@ class ScopeLabeler:
         self._cache: dict[str, str] = {}
         self._lock = threading.Lock()
 
+    @property
+    def key(self) -> bytes:
+        return self._key
+
     def digest(self, text: str) -> str:
         """The first 12 hex digits of HMAC-SHA256(key, *text*)."""
         mac = hmac.new(self._key, text.encode("utf-8", "surrogatepass"), hashlib.sha256)

@@ -60,7 +60,7 @@ from ..scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ..storage.base import StorageStats
 from ._guard import never_raise
 from ._heavy_hitters import SpaceSaving
-from ._labels import ScopeLabeler
+from ._labels import ScopeLabeler, resolve_key
 
 if TYPE_CHECKING:
     from ..registry import CancellationRegistry
@@ -633,9 +633,10 @@ def _bridge_for(
         key = 0 if collector_registry is None else id(collector_registry)
         bridge = bridges.get(key)
         if bridge is not None and bridge.installed:
-            if bridge.top_k != top_k:
+            if bridge.top_k != top_k or bridge.labeler.key != resolve_key(hash_key):
                 raise ConfigurationError(
-                    f"metrics_app() for this registry was already set up with top_k={bridge.top_k}"
+                    "metrics_app() for this registry was already set up with other options "
+                    f"(top_k={bridge.top_k}, or another hash_key)"
                 )
             return bridge
         bridge = PrometheusBridge(
