@@ -19,6 +19,8 @@ from mcp_cancellation import (
     MemoryStorage,
 )
 
+from ._util import MakeRegistry
+
 THREADS = 8
 OPERATIONS = 10_000
 MAX_ROWS = 200  # eviction batch of 10
@@ -42,8 +44,8 @@ class _Violation(AssertionError):
     pass
 
 
-def _check(storage: MemoryStorage) -> None:
-    stats = storage.stats_nowait()
+async def _check(registry: CancellationRegistry) -> None:
+    stats = await registry.stats()
     total = sum(stats.rows.values())
     if total > MAX_ROWS:
         raise _Violation(f"table holds {total} rows over the cap {MAX_ROWS}")
@@ -53,7 +55,7 @@ def _check(storage: MemoryStorage) -> None:
 
 
 async def _worker(
-    registry: CancellationRegistry, storage: MemoryStorage, seed: int, counts: dict[str, int]
+    registry: CancellationRegistry, seed: int, counts: dict[str, int], operations: int
 ) -> None:
     rng = random.Random(seed)
     private = f"private-{seed}"
@@ -74,9 +76,9 @@ async def _worker(
             counts["recorded"] += 1
             if scope == private:
                 mine.add(str(request_id))
-        _check(storage)
+        await _check(registry)
 
-    for _ in range(OPERATIONS):
+    for _ in range(operations):
         op = rng.random()
         request_id = rng.choice(IDS)
         scope = private if rng.random() < 0.3 else rng.choice(SHARED)
@@ -85,7 +87,7 @@ async def _worker(
         elif op < 0.40:
             recorded = await registry.cancel_in_flight(request_id, "inflight", scope=scope)
             counts["in_flight_recorded" if recorded else "in_flight_ignored"] += 1
-            _check(storage)
+            await _check(registry)
         elif op < 0.55:
             await registry.clear(request_id, scope=scope)
             if scope == private:
@@ -125,10 +127,43 @@ async def _worker(
             await registry.in_flight(request_id, scope=scope)
         elif op < 0.98:
             await registry.stats()
-            _check(storage)
+            await _check(registry)
         else:
             await registry.cleanup(ttl=None if rng.random() < 0.5 else 0.001)
             counts["cleanups"] += 1
+
+
+COUNTERS = (
+    "recorded",
+    "rejected",
+    "in_flight_recorded",
+    "in_flight_ignored",
+    "requests",
+    "cleanups",
+)
+
+
+def _run_threads(registry: CancellationRegistry, threads: int, operations: int) -> dict[str, int]:
+    """Run *threads* workers, each on its own loop; return the summed counters."""
+    errors: list[BaseException] = []
+    counts = [dict.fromkeys(COUNTERS, 0) for _ in range(threads)]
+    start = threading.Barrier(threads)
+
+    def run(n: int) -> None:
+        try:
+            start.wait(timeout=30)
+            asyncio.run(_worker(registry, n, counts[n], operations))
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(n,), name=f"stress-{n}") for n in range(threads)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join(timeout=100)
+    assert not any(thread.is_alive() for thread in workers)
+    assert errors == [], errors[:3]
+    return {key: sum(c[key] for c in counts) for key in COUNTERS}
 
 
 def test_eight_threads_each_with_its_own_loop(busy_switching: None) -> None:
@@ -136,49 +171,28 @@ def test_eight_threads_each_with_its_own_loop(busy_switching: None) -> None:
     registry = CancellationRegistry(
         storage, max_rows=MAX_ROWS, max_rows_per_scope=QUOTA, janitor_interval=None
     )
-    errors: list[BaseException] = []
-    counts = [
-        dict.fromkeys(
-            (
-                "recorded",
-                "rejected",
-                "in_flight_recorded",
-                "in_flight_ignored",
-                "requests",
-                "cleanups",
-            ),
-            0,
-        )
-        for _ in range(THREADS)
-    ]
-    start = threading.Barrier(THREADS)
-
-    def run(n: int) -> None:
-        try:
-            start.wait(timeout=30)
-            asyncio.run(_worker(registry, storage, n, counts[n]))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(n,), name=f"stress-{n}") for n in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=100)
-    assert not any(thread.is_alive() for thread in threads)
-    assert errors == [], errors[:3]
-
-    _check(storage)
-    stats = storage.stats_nowait()
-    assert sum(stats.in_flight.values()) == 0  # every request and track ended
+    totals = _run_threads(registry, THREADS, OPERATIONS)
+    asyncio.run(_check(registry))
+    assert sum(storage.stats_nowait().in_flight.values()) == 0  # every request ended
     assert registry._owners == {}
-    totals = {key: sum(c[key] for c in counts) for key in counts[0]}
     # The mix really exercised each path.
     assert totals["recorded"] > 1_000
     assert totals["rejected"] > 0
     assert totals["in_flight_recorded"] > 0
     assert totals["requests"] > 1_000
     assert totals["cleanups"] > 0
+
+
+async def test_threads_on_every_backend(make_registry: MakeRegistry) -> None:
+    """A smaller run on each backend; the registry's own loop keeps running meanwhile
+    (a shared storage may serve other threads' calls on it)."""
+    registry = make_registry(max_rows=MAX_ROWS, max_rows_per_scope=QUOTA)
+    await registry.stats()  # first used from this (long-lived) loop, as a server would
+    totals = await asyncio.to_thread(_run_threads, registry, 4, 400)
+    await _check(registry)
+    assert sum((await registry.stats()).in_flight.values()) == 0
+    assert totals["recorded"] > 100
+    assert totals["requests"] > 50
 
 
 def test_a_cancellation_from_another_threads_loop_reaches_a_polling_worker() -> None:
@@ -205,3 +219,27 @@ def test_a_cancellation_from_another_threads_loop_reaches_a_polling_worker() -> 
     assert not server.is_alive()
     assert result == [True]
     assert asyncio.run(registry.stats()).rows == {}
+
+
+async def test_threads_that_use_the_storage_first_then_end(make_registry: MakeRegistry) -> None:
+    """Short-lived threads, each with its own loop, are the first and only users of the
+    registry: when one of them ends, the others must carry on (no error, no hang)."""
+    registry = make_registry(max_rows=MAX_ROWS, max_rows_per_scope=QUOTA)
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def run(n: int) -> None:
+        try:
+            start.wait(timeout=30)
+            asyncio.run(_worker(registry, n, dict.fromkeys(COUNTERS, 0), 50 + 150 * n))
+        except BaseException as exc:
+            errors.append(exc)
+
+    # Daemon threads joined with a timeout: a hang fails this test instead of the suite.
+    workers = [threading.Thread(target=run, args=(n,), daemon=True) for n in range(4)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        await asyncio.to_thread(thread.join, 10)
+    assert not any(thread.is_alive() for thread in workers), "a thread hung"
+    assert errors == [], errors[:3]
