@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from mcp_cancellation import (
 )
 from mcp_cancellation.scope import PRINCIPAL_KEY
 
+from ..support import RedisServer
 from ._util import MakeRegistry, in_flight, rows
 
 
@@ -272,3 +274,32 @@ async def test_clear_of_an_absent_row_completes_while_the_lock_is_held() -> None
     worker.join(timeout=10)
     assert completed
     assert await registry.is_cancelled(1, scope="s")
+
+
+@pytest.mark.redis
+async def test_clear_of_an_absent_row_writes_nothing_on_redis(redis_server: RedisServer) -> None:
+    from mcp_cancellation.storage.redis import RedisStorage
+
+    storage = RedisStorage.from_url(redis_server.url, prefix=f"clear-{uuid.uuid4().hex[:10]}")
+    registry = CancellationRegistry(storage, janitor_interval=None)
+    try:
+        await registry.cancel(1, scope="s")
+        client = storage.client
+        await client.config_resetstat()
+        await registry.clear(2, scope="s")
+        await registry.clear(1, scope="other")
+        stats = await client.info("commandstats")
+        writes = {name: stats[name]["calls"] for name in stats if _is_write(name)}
+        assert writes == {}
+        assert stats["cmdstat_hexists"]["calls"] >= 2  # it did read
+        await registry.clear(1, scope="s")
+        stats = await client.info("commandstats")
+        assert any(_is_write(name) for name in stats)
+    finally:
+        await registry.aclose()
+
+
+def _is_write(cmdstat: str) -> bool:
+    # SET is left out: the storage's background heartbeat refreshes a key with it.
+    name = cmdstat.removeprefix("cmdstat_")
+    return name in {"hdel", "zrem", "zadd", "zincrby", "del", "unlink", "hset", "srem"}
