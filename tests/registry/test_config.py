@@ -9,6 +9,8 @@ import pytest
 
 from mcp_cancellation import CancellationRegistry, ConfigurationError, MemoryStorage
 
+from ..support import RedisServer
+
 ENV = {
     "max_rows": "MCP_CANCELLATION_MAX_ROWS",
     "max_rows_per_scope": "MCP_CANCELLATION_MAX_ROWS_PER_SCOPE",
@@ -141,3 +143,20 @@ def test_bad_max_reason_chars(value: object) -> None:
 def test_configuration_error_is_a_value_error() -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - the hierarchy is what is tested
         make(max_rows=0)
+
+
+@pytest.mark.redis
+async def test_redis_url_in_the_environment_selects_redis(
+    monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer
+) -> None:
+    from mcp_cancellation.storage.redis import RedisStorage
+
+    monkeypatch.setenv("MCP_CANCELLATION_REDIS_URL", redis_server.url)
+    registry = CancellationRegistry(janitor_interval=None)
+    try:
+        assert isinstance(registry.storage, RedisStorage)
+        await registry.cancel(1, scope=f"env-{registry.instance_id}")
+        assert await registry.is_cancelled(1, scope=f"env-{registry.instance_id}")
+    finally:
+        await registry.clear(1, scope=f"env-{registry.instance_id}")
+        await registry.aclose()
