@@ -65,6 +65,10 @@ def seconds(
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigurationError(f"{source} must be a number of seconds or None, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float is not a finite duration
+        number = math.inf
+    if not math.isfinite(number) or number <= 0:
         raise ConfigurationError(f"{source} must be positive and finite, not {value!r}")
-    return float(value)
+    return number
