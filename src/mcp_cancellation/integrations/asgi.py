@@ -59,9 +59,10 @@ DISCONNECT_REASON = "client disconnected"
 _QUOTA_MESSAGE = "Too many outstanding cancellations; try again shortly."
 _STORAGE_MESSAGE = "Cancellation storage unavailable; try again shortly."
 _DISCONNECT: Message = {"type": "http.disconnect"}
-#: Seconds before a tracked request gets its disconnect watcher (a task): shorter calls
-#: never pay for one. A disconnect is noticed at most this much later.
-_WATCH_DELAY = 0.05
+#: Seconds before a tracked request the app itself does not watch gets a disconnect
+#: watcher (a task): shorter calls never pay for one. In JSON-response mode a disconnect
+#: is noticed at most this much later.
+_WATCH_DELAY = 0.25
 
 
 class CancellationMiddleware:
@@ -347,18 +348,28 @@ def _replay(body: bytes, trailing: Message | None, receive: Receive) -> Receive:
 
 
 class _Exchange:
-    """One tracked request: the inner app, a disconnect watcher, and the kill timer.
+    """One tracked request: the inner app, disconnect detection, and the kill timer.
 
-    The watcher owns the real ``receive`` once the body has been replayed; the inner app
-    gets ``http.disconnect`` from it when the watcher saw one. It starts only after
-    ``_WATCH_DELAY``: most calls end sooner, and then cost no extra task at all.
+    After the body has been replayed, exactly one reader owns the real ``receive``:
+
+    * the inner app itself, when it asks for the next message (the SDK does in SSE mode, to
+      notice a disconnect): its read is the watch, so it costs no extra task;
+    * otherwise a watcher task, started only once the call has run ``_WATCH_DELAY``
+      seconds (the SDK's JSON mode never reads again): most calls end sooner and pay
+      nothing.
+
+    Whoever sees ``http.disconnect`` before the response ended records the cancellation
+    (and flips the token) before anyone is told; a timer then cancels the request's task
+    if it has not ended ``stream_cancel_timeout`` seconds later.
     """
 
     __slots__ = (
+        "app_reading",
         "body",
         "caller",
         "disconnected",
         "killed",
+        "killer",
         "middleware",
         "receive",
         "replayed",
@@ -366,6 +377,7 @@ class _Exchange:
         "scope",
         "send",
         "task",
+        "timer",
         "token",
         "watcher",
     )
@@ -389,10 +401,13 @@ class _Exchange:
         self.caller = caller
         self.replayed = False
         self.response_done = False
+        self.app_reading = False
         self.killed = False
         self.disconnected = asyncio.Event()
         self.task: asyncio.Task[Any] | None = None
         self.watcher: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.killer: asyncio.TimerHandle | None = None
 
     async def run(self) -> None:
         try:
@@ -400,8 +415,7 @@ class _Exchange:
         except RuntimeError:  # not asyncio (trio): track only, the app owns receive
             await self.middleware.app(self.scope, _replay(self.body, None, self.receive), self.send)
             return
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(_WATCH_DELAY, self._start_watcher)
+        self.timer = asyncio.get_running_loop().call_later(_WATCH_DELAY, self._start_watcher)
         try:
             await self.middleware.app(self.scope, self._receive, self._send)
         except asyncio.CancelledError:
@@ -414,17 +428,34 @@ class _Exchange:
                 self.middleware.stream_cancel_timeout,
             )
         finally:
-            timer.cancel()
+            self.response_done = True  # nothing after this is a cancellation
+            self.timer.cancel()
+            if self.killer is not None:
+                self.killer.cancel()
             if self.watcher is not None:
                 self.watcher.cancel()
 
     def _start_watcher(self) -> None:
-        self.watcher = asyncio.get_running_loop().create_task(self._watch())
+        if self.watcher is None and not self.app_reading and not self.response_done:
+            self.watcher = asyncio.get_running_loop().create_task(self._watch())
 
     async def _receive(self) -> Message:
         if not self.replayed:
             self.replayed = True
             return {"type": "http.request", "body": self.body, "more_body": False}
+        if self.watcher is None and not self.app_reading:
+            # The app reads the real receive itself: its read is the watch.
+            self.app_reading = True
+            if self.timer is not None:
+                self.timer.cancel()
+            try:
+                await self._next_disconnect()
+            except asyncio.CancelledError:
+                self.app_reading = False
+                self._start_watcher()  # the app stopped listening: keep watching
+                raise
+            await self._on_disconnect()
+            return dict(_DISCONNECT)
         await self.disconnected.wait()
         return dict(_DISCONNECT)
 
@@ -439,36 +470,43 @@ class _Exchange:
                 self.token.set_cancelled(DISCONNECT_REASON)
             raise
 
+    async def _next_disconnect(self) -> None:
+        while True:
+            message = await self.receive()
+            if message.get("type") == "http.disconnect":
+                return
+
     async def _watch(self) -> None:
-        """Own the real ``receive``; on a disconnect before the response ended, cancel."""
         try:
-            while True:
-                message = await self.receive()
-                if message.get("type") == "http.disconnect":
-                    break
-            if self.response_done or self.disconnected.is_set():
-                return
-            self.disconnected.set()
-            registry = self.middleware.registry
-            try:
-                await registry.cancel_in_flight(
-                    self.token.request_id, DISCONNECT_REASON, self.caller, method="disconnect"
-                )
-            except StorageUnavailable as exc:
-                logger.warning("disconnect of %s not recorded: %s", self.token.request_id, exc)
-            except CancellationLimitReached:
-                logger.warning("disconnect of %s over quota", self.token.request_id)
-            finally:
-                # Flip the token directly too: the tool stops even when the storage is down.
-                self.token.set_cancelled(DISCONNECT_REASON)
-            timeout = self.middleware.stream_cancel_timeout
-            if timeout is None:
-                return
-            await asyncio.sleep(timeout)
-            if self.task is not None and not self.task.done():
-                self.killed = True
-                self.task.cancel()
+            await self._next_disconnect()
+            await self._on_disconnect()
         except asyncio.CancelledError:
             raise
         except Exception:  # a watcher must never take the request down with it
             logger.exception("disconnect watcher failed")
+
+    async def _on_disconnect(self) -> None:
+        """The client is gone: record the cancellation, flip the token, arm the kill timer."""
+        if self.response_done or self.disconnected.is_set():
+            return  # the response had ended: not a cancellation
+        self.disconnected.set()
+        try:
+            await self.middleware.registry.cancel_in_flight(
+                self.token.request_id, DISCONNECT_REASON, self.caller, method="disconnect"
+            )
+        except StorageUnavailable as exc:
+            logger.warning("disconnect of %s not recorded: %s", self.token.request_id, exc)
+        except CancellationLimitReached:
+            logger.warning("disconnect of %s over quota", self.token.request_id)
+        finally:
+            # Flip the token directly too: the tool stops even when the storage is down.
+            self.token.set_cancelled(DISCONNECT_REASON)
+        timeout = self.middleware.stream_cancel_timeout
+        if timeout is not None and not self.response_done:
+            self.killer = asyncio.get_running_loop().call_later(timeout, self._kill)
+
+    def _kill(self) -> None:
+        task = self.task
+        if task is not None and not task.done() and not self.response_done:
+            self.killed = True
+            task.cancel()
