@@ -33,10 +33,13 @@ semantics of :class:`~mcp_cancellation.MemoryStorage`:
   the calling task is cancelled meanwhile; if Redis is unreachable its rows are queued
   and released by the next resync or cleanup.
 
-Background tasks (listener and heartbeat) start lazily on the event loop of the first
-call and stop in :meth:`aclose`. The storage is bound to that loop: calls made from
-another thread's event loop are forwarded to it (it must be running), and
-:meth:`aclose` must run on it.
+Background tasks (listener and heartbeat) start lazily at the first call and stop in
+:meth:`aclose`. The storage belongs to one event loop, its *home*: the loop running when
+it is constructed, or else the first loop that uses it. Calls made from another thread's
+event loop are forwarded to the home loop (which must be running: otherwise they raise
+:class:`~mcp_cancellation.StorageUnavailable` within the timeout), and :meth:`aclose`
+must run on it. Build the storage where the application's loop runs (an ASGI lifespan,
+``async def main``) or use it there first.
 """
 
 from __future__ import annotations
@@ -51,10 +54,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from redis import exceptions as redis_errors
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+
+from redis import exceptions as redis_errors
 
 from ..errors import ConfigurationError, StorageUnavailable
 from . import _redis_scripts as scripts
@@ -171,6 +175,7 @@ class RedisStorage(Storage):
         self._close_client = close_client
         self._worker = uuid.uuid4().hex[:12]
         self._bound = False
+        self._used = False  # once a call was made, the worker id is fixed
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(getattr(scripts, name))
             for name in ("ADD", "TRACK", "UNTRACK", "REMOVE", "FINISH", "RESYNC", "CLEANUP")
@@ -178,7 +183,10 @@ class RedisStorage(Storage):
         self._lock = threading.Lock()
         self._local: dict[tuple[str, str], dict[str, RequestToken]] = {}
         self._orphans: set[_Triple] = set()  # rows whose untrack failed, to retry
+        # The storage's home loop: the one running now, else the first to use it.
         self._loop: asyncio.AbstractEventLoop | None = None
+        with contextlib.suppress(RuntimeError):
+            self._loop = asyncio.get_running_loop()
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Future[Any]] = set()
         self._resync_wanted = asyncio.Event()
@@ -196,6 +204,7 @@ class RedisStorage(Storage):
         timeout: float = 5.0,
         heartbeat_ttl: float = 30.0,
         retries: int = 1,
+        max_connections: int = 50,
         cleanup_batch: int = 1000,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
         **client_kwargs: Any,
@@ -204,17 +213,24 @@ class RedisStorage(Storage):
 
         Each command waits at most *socket_timeout* (*connect_timeout* to connect) and is
         retried *retries* times at once (which also heals a pooled connection that the
-        server closed); *timeout* caps the whole call. Extra keyword arguments go to
-        ``redis.asyncio.Redis.from_url``. The client is closed by :meth:`aclose`.
+        server closed); *timeout* caps the whole call, including the wait for one of the
+        pool's *max_connections* (plus the pub/sub connection). Extra keyword arguments go
+        to ``redis.asyncio.BlockingConnectionPool.from_url``. The client is closed by
+        :meth:`aclose`.
         """
-        client = Redis.from_url(
+        # A blocking pool: a burst waits for one of max_connections (within the timeout)
+        # instead of opening connections without bound.
+        pool = BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=timeout,
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
             retry=Retry(NoBackoff(), retries),
             decode_responses=False,
             **client_kwargs,
         )
+        client = Redis.from_pool(pool)
         return cls(
             client,
             prefix=prefix,
@@ -239,7 +255,7 @@ class RedisStorage(Storage):
 
     def bind(self, instance_id: str) -> None:
         """Name this worker after the registry's instance id (first registry wins)."""
-        if not self._bound and self._loop is None:
+        if not self._bound and not self._used:
             self._worker = instance_id
         self._bound = True
 
@@ -257,6 +273,7 @@ class RedisStorage(Storage):
             raise StorageUnavailable("the Redis storage is closed")
         if self._loop is None:
             self._loop = loop
+        self._used = True
         if loop is not self._loop:
             return await self._forward(fn)
         self._start_background()
@@ -276,7 +293,13 @@ class RedisStorage(Storage):
             return await self._call(fn)
 
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(run(), home)
-        return await asyncio.wrap_future(future)
+        try:
+            # Bounded too: the home loop might stop before it runs the call.
+            async with asyncio.timeout(self.timeout * 2):
+                return await asyncio.wrap_future(future)
+        except TimeoutError as exc:
+            future.cancel()
+            raise StorageUnavailable("the Redis storage's event loop did not answer") from exc
 
     async def _script(self, name: str, *args: bytes | str | int) -> Any:
         return await self._scripts[name](keys=[self._routing_key], args=[self._p, *args])

@@ -1,0 +1,258 @@
+"""Redis storage: round trips and time per request life and per cancel() at the cap.
+
+Run with ``./dev bench redis`` (or ``python benchmarks/redis.py``); it starts its own
+redis-server on a free loopback port. Each figure is printed beside a baseline measured in
+the same run against the same server: a straightforward multi-command implementation
+(:class:`NaiveRedis`) that
+
+* tracks with HSET then reads the cancellation row (2 round trips),
+* answers every ``cancelled()`` poll with a round trip (no push),
+* untracks and clears with two more commands,
+* records a cancellation with separate commands (quota read, cap read, insert) and, at
+  the cap, reads every row back to pick the eviction batch (the seed's algorithm).
+
+Round trips are counted by a connection class that counts what it sends (a pipeline or
+a script call is one); times are the best of several rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# This script is named redis.py: keep its directory from shadowing the redis package,
+# then make _common (same directory) and tests.support (project root) importable.
+sys.path.remove(str(Path(__file__).resolve().parent))  # this script's own directory
+
+sys.path.append(str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import contextlib
+
+from _common import check, quiet_gc, report
+from redis.asyncio import Redis
+from redis.asyncio.connection import Connection
+from tests.support import RedisServer
+
+from mcp_cancellation import CancellationLimitReached, CancellationRegistry
+from mcp_cancellation.storage.base import Limits
+from mcp_cancellation.storage.redis import RedisStorage
+
+ROUNDS = 3
+POLLS = 10
+
+
+class CountingConnection(Connection):
+    """Counts commands sent: one per round trip."""
+
+    sent = 0
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        CountingConnection.sent += 1
+        await super().send_packed_command(command, check_health)
+
+
+class NaiveRedis:
+    """The straightforward multi-command implementation (the baseline)."""
+
+    def __init__(self, client: Redis, limits: Limits, prefix: str = "naive") -> None:
+        self.r = client
+        self.limits = limits
+        self.p = prefix
+
+    def _m(self, scope: str, key: str) -> str:
+        return f"{scope}\x00{key}"
+
+    async def track(self, scope: str, key: str, owner: str) -> bool:
+        await self.r.hset(f"{self.p}:f:{self._m(scope, key)}", owner, "1")
+        return bool(await self.r.hexists(f"{self.p}:reasons", self._m(scope, key)))
+
+    async def poll(self, scope: str, key: str) -> bool:
+        return bool(await self.r.hexists(f"{self.p}:reasons", self._m(scope, key)))
+
+    async def finish(self, scope: str, key: str, owner: str) -> None:
+        await self.r.hdel(f"{self.p}:f:{self._m(scope, key)}", owner)
+        if await self.r.hexists(f"{self.p}:reasons", self._m(scope, key)):
+            await self._delete([(scope, key)])
+
+    async def _delete(self, rows: list[tuple[str, str]]) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        for scope, key in rows:
+            m = self._m(scope, key)
+            pipe.hdel(f"{self.p}:reasons", m)
+            pipe.zrem(f"{self.p}:ages", m)
+            pipe.hincrby(f"{self.p}:counts", scope, -1)
+        await pipe.execute()
+
+    async def cancel(self, request_id: object, reason: str | None, scope: str) -> None:
+        key = str(request_id)
+        m = self._m(scope, key)
+        if await self.r.hexists(f"{self.p}:reasons", m):
+            await self.r.hset(f"{self.p}:reasons", m, reason or "")
+            return
+        quota = self.limits.max_rows_per_scope
+        count = int(await self.r.hget(f"{self.p}:counts", scope) or 0)
+        if quota is not None and count >= quota:
+            raise CancellationLimitReached(scope, quota)
+        cap = self.limits.max_rows
+        if cap is not None and await self.r.zcard(f"{self.p}:ages") >= cap:
+            rows: list[Any] = await self.r.zrange(f"{self.p}:ages", 0, -1, withscores=True)
+            sizes: dict[str, int] = {}
+            parsed = []
+            for member, age in rows:
+                row_scope, row_key = member.decode().split("\x00", 1)
+                sizes[row_scope] = sizes.get(row_scope, 0) + 1
+                parsed.append((row_scope, row_key, age))
+            parsed.sort(key=lambda row: (-sizes[row[0]], row[2]))
+            await self._delete([(s, k) for s, k, _ in parsed[: self.limits.eviction_batch]])
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hset(f"{self.p}:reasons", m, reason or "")
+        pipe.zadd(f"{self.p}:ages", {m: time.time()})
+        pipe.hincrby(f"{self.p}:counts", scope, 1)
+        await pipe.execute()
+
+
+# -- 1. request life ------------------------------------------------------------------
+
+
+async def _ours_life(url: str, n: int) -> tuple[float, float]:
+    storage = RedisStorage.from_url(url, prefix="bench-life", connection_class=CountingConnection)
+    async with CancellationRegistry(storage, janitor_interval=None) as registry:
+        async with registry.request("warm-up", "s"):
+            pass
+        await asyncio.sleep(0.05)  # background tasks settle
+        sent = CountingConnection.sent
+        start = time.perf_counter()
+        for i in range(n):
+            async with registry.request(i, "ip:192.0.2.1") as token:
+                for _ in range(POLLS):
+                    if token.cancelled:
+                        raise AssertionError("never cancelled")
+        elapsed = time.perf_counter() - start
+        trips = CountingConnection.sent - sent
+    return elapsed / n, trips / n
+
+
+async def _naive_life(url: str, n: int) -> tuple[float, float]:
+    client = Redis.from_url(url, connection_class=CountingConnection)
+    naive = NaiveRedis(client, Limits())
+    try:
+        sent = CountingConnection.sent
+        start = time.perf_counter()
+        for i in range(n):
+            key = str(i)
+            if await naive.track("ip:192.0.2.1", key, "owner"):
+                raise AssertionError("never cancelled")
+            for _ in range(POLLS):
+                if await naive.poll("ip:192.0.2.1", key):
+                    raise AssertionError("never cancelled")
+            await naive.finish("ip:192.0.2.1", key, "owner")
+        elapsed = time.perf_counter() - start
+        trips = CountingConnection.sent - sent
+    finally:
+        await client.aclose()
+    return elapsed / n, trips / n
+
+
+def bench_request_life(url: str) -> dict[str, float]:
+    print(f"1. request life (track, {POLLS} polls, untrack + clear)")
+    n = 2_000
+    with quiet_gc():
+        ours = min((asyncio.run(_ours_life(url, n)) for _ in range(ROUNDS)), key=lambda r: r[0])
+        base = min((asyncio.run(_naive_life(url, n)) for _ in range(ROUNDS)), key=lambda r: r[0])
+    print(f"  round trips per request life: {ours[1]:.2f}  baseline {base[1]:.2f}")
+    ratio = report("request() life", ours[0], base[0])
+    check("a request life is 2 round trips, whatever the polls", ours[1] == 2)
+    check("faster than the polling multi-command baseline", ratio < 1)
+    return {"life_us": ours[0] * 1e6, "life_base_us": base[0] * 1e6, "life_ratio": ratio}
+
+
+# -- 2. cancel() at the cap -----------------------------------------------------------
+
+SCOPES = 40
+CAP = 10_000
+QUOTA = 256
+
+
+async def _at_cap(cancel: Any, inserts: int) -> tuple[float, float, float]:
+    """Fill to the cap round-robin over 40 scopes, then time *inserts* accepted inserts
+    (every 500th evicts a batch). Returns (mean s, slowest s, round trips per insert)."""
+    ids = itertools.count()
+    names = [f"ip:10.0.0.{i}" for i in range(SCOPES)]
+    for _ in range(QUOTA + 1):
+        for scope in names:
+            with contextlib.suppress(CancellationLimitReached):
+                await cancel(next(ids), None, scope)
+    timings: list[float] = []
+    sent = CountingConnection.sent
+    rejected_trips = 0
+    perf = time.perf_counter
+    while len(timings) < inserts:
+        for scope in names:
+            before = CountingConnection.sent
+            start = perf()
+            try:
+                await cancel(next(ids), None, scope)
+            except CancellationLimitReached:
+                rejected_trips += CountingConnection.sent - before
+                continue
+            timings.append(perf() - start)
+            if len(timings) == inserts:
+                break
+    trips = CountingConnection.sent - sent - rejected_trips
+    return sum(timings) / len(timings), max(timings), trips / len(timings)
+
+
+async def _ours_cap(url: str, inserts: int) -> tuple[float, float, float]:
+    storage = RedisStorage.from_url(url, prefix="bench-cap", connection_class=CountingConnection)
+    async with CancellationRegistry(
+        storage, max_rows=CAP, max_rows_per_scope=QUOTA, janitor_interval=None
+    ) as registry:
+        await storage.client.flushdb()
+        return await _at_cap(registry.cancel, inserts)
+
+
+async def _naive_cap(url: str, inserts: int) -> tuple[float, float, float]:
+    client = Redis.from_url(url, connection_class=CountingConnection)
+    try:
+        await client.flushdb()
+        naive = NaiveRedis(client, Limits(max_rows=CAP, max_rows_per_scope=QUOTA))
+        return await _at_cap(naive.cancel, inserts)
+    finally:
+        await client.aclose()
+
+
+def bench_cancel_at_cap(url: str) -> dict[str, float]:
+    print(f"2. cancel() at the cap ({SCOPES} scopes x {QUOTA}, cap {CAP}, batch {CAP // 20})")
+    inserts = 2_000
+    with quiet_gc():
+        ours = min(asyncio.run(_ours_cap(url, inserts)) for _ in range(ROUNDS))
+        base = min(asyncio.run(_naive_cap(url, inserts)) for _ in range(ROUNDS))
+    print(f"  round trips per accepted cancel(): {ours[2]:.2f}  baseline {base[2]:.2f}")
+    mean = report("cancel() at the cap, mean", ours[0], base[0])
+    worst = report("cancel() at the cap, slowest (evicting)", ours[1], base[1])
+    check("one round trip per cancel(), evictions included", ours[2] == 1)
+    check("mean cancel() faster than the baseline", mean < 1)
+    check("evicting cancel() faster than the baseline", worst < 1)
+    return {
+        "cap_mean_us": ours[0] * 1e6,
+        "cap_mean_base_us": base[0] * 1e6,
+        "cap_worst_us": ours[1] * 1e6,
+        "cap_worst_base_us": base[1] * 1e6,
+    }
+
+
+def main() -> int:
+    with RedisServer() as server:
+        print(f"redis-server on {server.url}")
+        bench_request_life(server.url)
+        bench_cancel_at_cap(server.url)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
