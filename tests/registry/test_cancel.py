@@ -303,3 +303,29 @@ def _is_write(cmdstat: str) -> bool:
     # SET is left out: the storage's background heartbeat refreshes a key with it.
     name = cmdstat.removeprefix("cmdstat_")
     return name in {"hdel", "zrem", "zadd", "zincrby", "del", "unlink", "hset", "srem"}
+
+
+async def test_nested_requests_restore_the_outer_token(registry: CancellationRegistry) -> None:
+    async with registry.request(1, scope="s") as outer:
+        async with registry.request(2, scope="s") as inner:
+            assert current_token() is inner
+            await registry.cancel_in_flight(2, scope="s")
+            assert cancelled()
+        assert current_token() is outer
+        assert not cancelled()
+        assert await registry.in_flight(1, scope="s")
+        assert not await registry.in_flight(2, scope="s")
+    assert current_token() is None
+
+
+async def test_tasks_started_inside_a_request_see_its_token(
+    registry: CancellationRegistry,
+) -> None:
+    async def child() -> bool:
+        await asyncio.sleep(0)
+        return cancelled()
+
+    async with registry.request(1, scope="s") as token:
+        await registry.cancel_in_flight(1, scope="s")
+        assert await asyncio.create_task(child())
+        assert token.cancelled
