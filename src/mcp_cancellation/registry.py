@@ -184,14 +184,7 @@ class CancellationRegistry:
     # -- cancellations -----------------------------------------------------------------
 
     def _key(self, request_id: object, scope: str) -> str:
-        try:
-            return normalize_id(request_id)
-        except InvalidRequestId:
-            if signals.cancellation_rejected.receivers:
-                signals.cancellation_rejected.send(
-                    self, scope=scope, request_id=None, reason="invalid_request_id"
-                )
-            raise
+        return normalize_id(request_id)
 
     async def _add(
         self,
@@ -203,7 +196,16 @@ class CancellationRegistry:
     ) -> bool:
         if request_id is None:
             return False
-        key = self._key(request_id, scope)
+        try:
+            key = normalize_id(request_id)
+        except InvalidRequestId:
+            # Only refused cancellations count as rejections; invalid ids given to reads
+            # raise the same error but are not an abuse signal.
+            if signals.cancellation_rejected.receivers:
+                signals.cancellation_rejected.send(
+                    self, scope=scope, request_id=None, reason="invalid_request_id"
+                )
+            raise
         text = sanitize_reason(reason, self._max_reason_chars)
         memory = self._memory
         if memory is not None:  # never waits: skip a coroutine per call
@@ -349,10 +351,11 @@ class CancellationRegistry:
     def _dead_owners(self) -> list[_Owner]:
         return [owner for owner in list(self._owners.values()) if not owner.alive()]
 
-    async def cleanup(self, ttl: float | _Unset | None = UNSET) -> CleanupResult:
-        """Remove cancellation rows older than *ttl* (default: the registry's) and the
-        in-flight rows of owners that finished or died without untracking."""
-        limit = self._ttl if isinstance(ttl, _Unset) else seconds("ttl", ttl, None, None)
+    async def cleanup(self, ttl: float | None = None) -> CleanupResult:
+        """Remove cancellation rows older than *ttl* (``None``: the registry's ``ttl``,
+        which may itself be ``None`` to expire nothing) and the in-flight rows of owners
+        that finished or died without untracking."""
+        limit = self._ttl if ttl is None else seconds("ttl", ttl, None, None)
         started = time.perf_counter()
         start_ns = time.time_ns()
         dead = self._dead_owners()
