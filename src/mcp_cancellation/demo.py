@@ -280,6 +280,9 @@ def run(args: argparse.Namespace) -> int:
             log_level="warning",
             lifespan="on",
             proxy_headers=False,
+            # Open tool calls (stubborn_sleep ignores cancellation) must not hold a
+            # SIGTERM or Ctrl-C hostage: give them 5 s, then uvicorn cancels them.
+            timeout_graceful_shutdown=5,
         )
     except KeyboardInterrupt:  # pragma: no cover - uvicorn handles SIGINT itself
         pass
