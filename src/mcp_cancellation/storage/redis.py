@@ -507,6 +507,7 @@ class RedisStorage(Storage):
                     await pubsub.subscribe(channel)
                 while True:
                     message = await pubsub.get_message(timeout=1.0)
+                    _reraise_cancellation()  # redis-py may swallow a cancellation
                     if message is None:
                         continue
                     kind = _s(message["type"])
@@ -537,6 +538,7 @@ class RedisStorage(Storage):
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):
                     await self._resync_wanted.wait()
+            _reraise_cancellation()
             wanted = self._resync_wanted.is_set()
             self._resync_wanted.clear()
             try:
