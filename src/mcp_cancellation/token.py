@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from operator import attrgetter
+from typing import TYPE_CHECKING
+
 from .errors import RequestCancelled
 
 __all__ = ["RequestToken"]
@@ -24,10 +27,17 @@ class RequestToken:
         self._cancelled = False
         self._reason: str | None = None
 
-    @property
-    def cancelled(self) -> bool:
-        """Whether a cancellation for this request has been recorded."""
-        return self._cancelled
+    if TYPE_CHECKING:
+
+        @property
+        def cancelled(self) -> bool:
+            """Whether a cancellation for this request has been recorded."""
+
+    else:
+        # Read-only, with a C-level getter (no Python frame): tools poll it in tight loops.
+        cancelled = property(
+            attrgetter("_cancelled"), doc="Whether a cancellation for this request was recorded."
+        )
 
     @property
     def reason(self) -> str | None:
