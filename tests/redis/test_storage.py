@@ -326,3 +326,16 @@ async def test_a_client_built_elsewhere_is_accepted(raw: Redis, prefix: str) -> 
     finally:
         await registry.aclose()
     assert await raw.ping()  # not ours to close
+
+
+async def test_a_cancellation_recorded_here_flips_local_tokens_at_once(
+    make_registry: MakeRegistry,
+) -> None:
+    registry = make_registry()
+    async with registry.request(5, "s") as first, registry.request(5, "s") as second:
+        assert await registry.cancel_in_flight(5, "now", scope="s")
+        # No waiting: the worker that records flips its own tokens before returning
+        # (the script publishes only to other workers).
+        assert first.cancelled
+        assert second.cancelled
+        assert second.reason == "now"

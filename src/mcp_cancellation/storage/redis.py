@@ -51,7 +51,7 @@ import functools
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -189,6 +189,7 @@ class RedisStorage(Storage):
             self._loop = asyncio.get_running_loop()
         self._tasks: list[asyncio.Task[None]] = []
         self._pending: set[asyncio.Future[Any]] = set()
+        self._maintenance_lock: asyncio.Lock | None = None
         self._resync_wanted = asyncio.Event()
         self._subscribed = False
         self._closed = False
@@ -300,6 +301,26 @@ class RedisStorage(Storage):
         except TimeoutError as exc:
             future.cancel()
             raise StorageUnavailable("the Redis storage's event loop did not answer") from exc
+
+    async def _at_home(self, fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run a multi-step operation (cleanup, resync) on the home loop."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        if loop is self._loop:
+            return await fn()
+        home = self._loop
+        if home.is_closed() or not home.is_running():
+            raise StorageUnavailable("the Redis storage's event loop is not running")
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(fn(), home)
+        return await asyncio.wrap_future(future)
+
+    def _maintenance(self) -> asyncio.Lock:
+        """Serialises cleanup and resync, which both untrack queued rows (on the home loop,
+        so one lock suffices); otherwise one could release rows the other then counts."""
+        if self._maintenance_lock is None:
+            self._maintenance_lock = asyncio.Lock()
+        return self._maintenance_lock
 
     async def _script(self, name: str, *args: bytes | str | int) -> Any:
         return await self._scripts[name](keys=[self._routing_key], args=[self._p, *args])
@@ -424,6 +445,13 @@ class RedisStorage(Storage):
 
     async def cleanup(self, ttl: float | None, dead_owners: Collection[str]) -> tuple[int, int]:
         dead = set(dead_owners)
+        return await self._at_home(functools.partial(self._cleanup, ttl, dead))
+
+    async def _cleanup(self, ttl: float | None, dead: set[str]) -> tuple[int, int]:
+        async with self._maintenance():
+            return await self._cleanup_locked(ttl, dead)
+
+    async def _cleanup_locked(self, ttl: float | None, dead: set[str]) -> tuple[int, int]:
         triples: list[_Triple] = []
         with self._lock:
             if dead:
@@ -433,8 +461,8 @@ class RedisStorage(Storage):
                         triples.append((scope, key, owner))
                     if not table:
                         del self._local[(scope, key)]
-            self._orphans.update(triples)
-            untrack = sorted(self._orphans)
+            # Rows an earlier untrack or finish failed to release go along.
+            untrack = sorted({*triples, *self._orphans})
         ttl_arg = "" if ttl is None else str(max(0, int(ttl * 1_000_000)))
         args: list[bytes | str | int] = []
         for scope, key, owner in untrack:
@@ -443,7 +471,13 @@ class RedisStorage(Storage):
         while True:
             # The first pass also untracks; later ones only continue the TTL sweep.
             call = [self._worker, ttl_arg, str(self._cleanup_batch), *args]
-            reply = await self._call(functools.partial(self._script, "CLEANUP", *call))
+            try:
+                reply = await self._call(functools.partial(self._script, "CLEANUP", *call))
+            except StorageUnavailable:
+                if args:
+                    with self._lock:
+                        self._orphans.update(triples)  # released by a later pass
+                raise
             if args:
                 with self._lock:
                     self._orphans.difference_update(untrack)
@@ -563,6 +597,13 @@ class RedisStorage(Storage):
         """Re-track this worker's in-flight rows in Redis and flip the tokens of those
         cancelled meanwhile (one round trip); release queued orphan rows. Returns the
         number of tokens flipped. Runs by itself after every (re)subscription."""
+        return await self._at_home(self._resync)
+
+    async def _resync(self) -> int:
+        async with self._maintenance():
+            return await self._resync_locked()
+
+    async def _resync_locked(self) -> int:
         with self._lock:
             snapshot = [
                 (scope, key, owner, token)
