@@ -169,3 +169,22 @@ async def test_rows_a_failed_finish_left_are_released_when_redis_returns() -> No
 
 async def _untracked(observer: RedisStorage) -> bool:
     return not await observer.is_tracked("s", "r")
+
+
+async def test_a_silent_pub_sub_connection_is_replaced(
+    make_registry: MakeRegistry, server: RedisServer
+) -> None:
+    """No error ever arrives from a connection that silently stopped answering (here: a
+    paused server); the listener notices the missing pong and subscribes again."""
+    registry = make_registry(storage={**FAST, "heartbeat_ttl": 0.6})
+    storage = registry.storage
+    assert isinstance(storage, RedisStorage)
+    async with registry.request(1, "s"):
+        await async_wait_until(lambda: storage.subscribed, within=5)
+        pauser = Redis.from_url(server.url)
+        try:
+            await pauser.client_pause(2000)
+            await async_wait_until(lambda: not storage.subscribed, within=5)
+        finally:
+            await pauser.aclose()
+        await async_wait_until(lambda: storage.subscribed, within=10)

@@ -534,16 +534,29 @@ class RedisStorage(Storage):
     async def _listen(self) -> None:
         channel = self._p + b"c:" + _b(self._worker)
         delay = self._backoff[0]
+        # A connection that silently died (a partition, no RST) never errors: ping it and
+        # reconnect when nothing, not even the pong, came back in time.
+        ping_every = min(self.heartbeat_ttl / 3, 10.0)
+        loop = asyncio.get_running_loop()
         while not self._closed:
             pubsub: PubSub = self._redis.pubsub()
             try:
                 async with asyncio.timeout(self.timeout):
                     await pubsub.subscribe(channel)
+                last_seen = next_ping = loop.time()
                 while True:
-                    message = await pubsub.get_message(timeout=1.0)
+                    message = await pubsub.get_message(timeout=min(1.0, ping_every))
                     _reraise_cancellation()  # redis-py may swallow a cancellation
+                    now = loop.time()
+                    if now >= next_ping:
+                        next_ping = now + ping_every
+                        async with asyncio.timeout(self.timeout):
+                            await pubsub.ping()
                     if message is None:
+                        if now - last_seen > ping_every + self.timeout:
+                            raise TimeoutError("no answer on the pub/sub connection")
                         continue
+                    last_seen = now
                     kind = _s(message["type"])
                     if kind == "subscribe":
                         self._subscribed = True
