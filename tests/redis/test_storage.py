@@ -25,7 +25,7 @@ from mcp_cancellation import (
 from mcp_cancellation.storage.base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
-from ..support import async_wait_until
+from ..support import RedisServer, async_wait_until, env
 from .conftest import (
     CountingConnection,
     MakeRegistry,
@@ -113,6 +113,8 @@ async def test_add_at_the_cap_is_one_script_call(make_storage: MakeStorage, raw:
     limits = Limits(max_rows=100, max_rows_per_scope=None)
     for n in range(100):
         await storage.add(f"scope-{n % 7}", str(n), "why", limits=limits)
+    await async_wait_until(lambda: storage.subscribed, within=5)
+    await asyncio.sleep(0.2)  # the listener's first resync is done
     before, sent = await command_calls(raw), CountingConnection.sent
     result = await storage.add("new", "x", "why", limits=limits)
     assert sum(n for _, n in result.evicted) == 5
@@ -122,7 +124,12 @@ async def test_add_at_the_cap_is_one_script_call(make_storage: MakeStorage, raw:
 
 async def test_polling_a_token_costs_no_round_trip(make_registry: MakeRegistry, raw: Redis) -> None:
     registry = make_registry(storage={"heartbeat_ttl": 600})
+    storage = registry.storage
+    assert isinstance(storage, RedisStorage)
     async with registry.request(9, "s") as token:
+        # Let the listener subscribe and run its first resync before counting.
+        await async_wait_until(lambda: storage.subscribed, within=5)
+        await asyncio.sleep(0.2)
         before = await command_calls(raw)
         assert not any(token.cancelled for _ in range(10_000))
         assert await calls_between(raw, before) == {}
@@ -130,9 +137,12 @@ async def test_polling_a_token_costs_no_round_trip(make_registry: MakeRegistry, 
 
 async def test_a_request_life_is_two_script_calls(make_registry: MakeRegistry, raw: Redis) -> None:
     registry = make_registry(storage={"heartbeat_ttl": 600, "connection_class": CountingConnection})
+    storage = registry.storage
+    assert isinstance(storage, RedisStorage)
     async with registry.request(1, "s"):
-        pass  # start the background tasks before counting
-    await asyncio.sleep(0.05)
+        pass  # start the background tasks (subscription, first resync) before counting
+    await async_wait_until(lambda: storage.subscribed, within=5)
+    await asyncio.sleep(0.2)
     before, sent = await command_calls(raw), CountingConnection.sent
     async with registry.request(2, "s") as token:
         for _ in range(100):
@@ -339,3 +349,18 @@ async def test_a_cancellation_recorded_here_flips_local_tokens_at_once(
         assert first.cancelled
         assert second.cancelled
         assert second.reason == "now"
+
+
+async def test_the_environment_variable_selects_redis(redis_server: RedisServer) -> None:
+    with env(MCP_CANCELLATION_REDIS_URL=redis_server.url):
+        registry = CancellationRegistry(janitor_interval=None)
+    try:
+        storage = registry.storage
+        assert isinstance(storage, RedisStorage)
+        assert storage.prefix == "mcp-cancellation"
+        request_id = f"env-{registry.instance_id}"
+        await registry.cancel(request_id, "via env", scope="s")
+        assert await registry.reason(request_id, scope="s") == "via env"
+        await registry.clear(request_id, scope="s")
+    finally:
+        await registry.aclose()

@@ -84,6 +84,7 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis_errors.ConnectionError,  # includes BusyLoadingError, MaxConnectionsError
     redis_errors.TimeoutError,
     redis_errors.ReadOnlyError,  # a replica promoted or demoted under us
+    redis_errors.OutOfMemoryError,  # maxmemory reached: degrade, do not fail requests
     redis_errors.ClusterDownError,
     redis_errors.TryAgainError,
     TimeoutError,
