@@ -32,7 +32,7 @@ from .errors import (
     StorageUnavailable,
 )
 from .reason import MAX_REASON_CHARS, sanitize_reason
-from .storage.base import Limits, Storage, StorageStats
+from .storage.base import AddResult, Limits, Storage, StorageStats
 from .storage.memory import MemoryStorage
 from .token import RequestToken
 
@@ -186,46 +186,35 @@ class CancellationRegistry:
     def _key(self, request_id: object, scope: str) -> str:
         return normalize_id(request_id)
 
-    async def _add(
-        self,
-        request_id: object,
-        reason: object,
-        scope: str,
-        method: str | None,
-        require_in_flight: bool,
-    ) -> bool:
-        if request_id is None:
-            return False
+    def _prepare(self, request_id: object, reason: object, scope: str) -> tuple[str, str | None]:
+        """Validate the id and sanitise the reason of a cancellation (signals a rejected
+        invalid id; invalid ids given to reads raise too, but are not an abuse signal)."""
         try:
             key = normalize_id(request_id)
         except InvalidRequestId:
-            # Only refused cancellations count as rejections; invalid ids given to reads
-            # raise the same error but are not an abuse signal.
             if signals.cancellation_rejected.receivers:
                 signals.cancellation_rejected.send(
                     self, scope=scope, request_id=None, reason="invalid_request_id"
                 )
             raise
-        text = sanitize_reason(reason, self._max_reason_chars)
-        memory = self._memory
-        if memory is not None:  # never waits: skip a coroutine per call
-            result = memory.add_nowait(
-                scope, key, text, limits=self._limits, require_in_flight=require_in_flight
-            )
-        else:
-            result = await self._storage.add(
-                scope, key, text, limits=self._limits, require_in_flight=require_in_flight
-            )
+        return key, sanitize_reason(reason, self._max_reason_chars)
+
+    def _report(
+        self, result: AddResult, key: str, scope: str, text: str | None, method: str | None
+    ) -> bool:
+        """Send the signals of one storage ``add`` and turn a quota refusal into the error.
+        Returns whether a cancellation was recorded."""
         for evicted_scope, count in result.evicted:
             if signals.cancellation_evicted.receivers:
                 signals.cancellation_evicted.send(self, scope=evicted_scope, count=count)
-        if result.outcome == "quota":
+        outcome = result.outcome
+        if outcome == "quota":
             if signals.cancellation_rejected.receivers:
                 signals.cancellation_rejected.send(
                     self, scope=scope, request_id=key, reason="quota"
                 )
             raise CancellationLimitReached(scope, self._limits.max_rows_per_scope or 0)
-        if result.outcome == "not_in_flight":
+        if outcome == "not_in_flight":
             return False
         if signals.request_cancelled.receivers:
             signals.request_cancelled.send(
@@ -248,7 +237,15 @@ class CancellationRegistry:
         already holds ``max_rows_per_scope`` rows. ``None`` is a no-op. *method* is carried
         to signal receivers (``"notifications/cancelled"`` when it came from one).
         """
-        await self._add(request_id, reason, scope, method, require_in_flight=False)
+        if request_id is None:
+            return
+        key, text = self._prepare(request_id, reason, scope)
+        memory = self._memory
+        if memory is not None:  # never waits: no coroutine per layer on the hot path
+            result = memory.add_nowait(scope, key, text, self._limits, False)
+        else:
+            result = await self._storage.add(scope, key, text, limits=self._limits)
+        self._report(result, key, scope, text, method)
 
     async def cancel_in_flight(
         self,
@@ -264,7 +261,17 @@ class CancellationRegistry:
         ``notifications/cancelled``: unknown or finished ids are ignored, so a caller can
         neither fill the table with ids that do not exist nor touch another scope.
         """
-        return await self._add(request_id, reason, scope, method, require_in_flight=True)
+        if request_id is None:
+            return False
+        key, text = self._prepare(request_id, reason, scope)
+        memory = self._memory
+        if memory is not None:
+            result = memory.add_nowait(scope, key, text, self._limits, True)
+        else:
+            result = await self._storage.add(
+                scope, key, text, limits=self._limits, require_in_flight=True
+            )
+        return self._report(result, key, scope, text, method)
 
     async def is_cancelled(self, request_id: object, scope: str = "global") -> bool:
         """Whether a cancellation row exists for *request_id* in *scope*."""

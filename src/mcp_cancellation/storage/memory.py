@@ -63,7 +63,6 @@ class MemoryStorage(Storage):
         scope: str,
         key: str,
         reason: str | None,
-        *,
         limits: Limits,
         require_in_flight: bool = False,
     ) -> AddResult:
