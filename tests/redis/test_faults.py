@@ -8,11 +8,11 @@ import socket
 from collections.abc import Iterator
 
 import pytest
+from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from mcp_cancellation import CancellationRegistry, StorageUnavailable
 from mcp_cancellation.storage.redis import RedisStorage
-from redis import exceptions as redis_errors
 
 from ..support import RedisServer, async_wait_until
 from .conftest import MakeRegistry

@@ -54,11 +54,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from redis import exceptions as redis_errors
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-
-from redis import exceptions as redis_errors
 
 from ..errors import ConfigurationError, StorageUnavailable
 from . import _redis_scripts as scripts
