@@ -1,13 +1,13 @@
-"""Signal receivers must never break the registry call that sent the signal (private)."""
+"""Signal receivers of the telemetry bridges: guarded, and disconnected in one place (private)."""
 
 from __future__ import annotations
 
 import functools
 import logging
 from collections.abc import Callable
-from typing import ParamSpec
+from typing import Any, ParamSpec
 
-__all__ = ["logger", "never_raise"]
+__all__ = ["disconnect_all", "logger", "never_raise"]
 
 logger = logging.getLogger("mcp_cancellation.telemetry")
 
@@ -29,3 +29,10 @@ def never_raise(receiver: Callable[_P, None]) -> Callable[_P, None]:
             logger.exception("telemetry receiver %s failed", receiver.__qualname__)
 
     return guarded
+
+
+def disconnect_all(receivers: list[tuple[Any, Callable[..., None]]]) -> None:
+    """Disconnect each ``(signal, receiver)`` pair from every sender, so that blinker drops
+    its (strong) reference to the receiver and, through it, to the bridge."""
+    for signal, receiver in receivers:
+        signal.disconnect(receiver)

@@ -51,7 +51,7 @@ from .. import signals
 from ..__about__ import __version__
 from ..scope import SCOPE_KINDS, scope_kind
 from ..storage.base import StorageStats
-from ._guard import never_raise
+from ._guard import disconnect_all, never_raise
 from ._labels import ScopeLabeler
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ class OpenTelemetryBridge:
             for signal, receiver in self._receivers():
                 signal.connect(receiver, sender=sender, weak=False)
             if self._registry_ref is not None:
-                self._finalizer = weakref.finalize(sender, _disconnect, self._receivers())
+                self._finalizer = weakref.finalize(sender, disconnect_all, self._receivers())
             self._installed = True
             return self
 
@@ -211,7 +211,7 @@ class OpenTelemetryBridge:
             if self._finalizer is not None:
                 self._finalizer.detach()
                 self._finalizer = None
-            _disconnect(self._receivers())
+            disconnect_all(self._receivers())
 
     # -- observable gauges -------------------------------------------------------------
 
@@ -357,11 +357,6 @@ def _join_gauge(meter: metrics.Meter, table: str, bridge: OpenTelemetryBridge) -
         )
         members = _gauges.setdefault(instrument, members)
         members.bridges.add(bridge)
-
-
-def _disconnect(receivers: list[tuple[Any, Any]]) -> None:
-    for signal, receiver in receivers:
-        signal.disconnect(receiver)
 
 
 # -- module-level instrumentation --------------------------------------------------------

@@ -58,7 +58,7 @@ from .. import signals
 from ..errors import ConfigurationError
 from ..scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ..storage.base import StorageStats
-from ._guard import never_raise
+from ._guard import disconnect_all, never_raise
 from ._heavy_hitters import SpaceSaving
 from ._labels import ScopeLabeler, resolve_key
 
@@ -368,7 +368,7 @@ class PrometheusBridge:
             if self._finalizer is not None:
                 self._finalizer.detach()
                 self._finalizer = None
-            _disconnect(self._receivers())
+            disconnect_all(self._receivers())
             if self.collector_registry is not None:
                 self.collector_registry.unregister(self._collector)
             self._unregister_counters()
@@ -597,14 +597,9 @@ def _check_multiprocess(directory: str) -> None:
         )
 
 
-def _disconnect(receivers: list[tuple[Any, Callable[..., None]]]) -> None:
-    for signal, receiver in receivers:
-        signal.disconnect(receiver)  # from every sender: blinker then drops the reference
-
-
 def _teardown(receivers: list[tuple[Any, Callable[..., None]]], files: _HitterFiles | None) -> None:
     """Run when a bridged registry is garbage-collected without uninstall()."""
-    _disconnect(receivers)
+    disconnect_all(receivers)
     if files is not None:
         files.close_nowait()
 
