@@ -155,7 +155,9 @@ class CancellationMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            if scope.get("method") == "POST" and self._on_path(scope.get("path")):
+            if scope.get("method") == "POST" and (
+                self._on_path(scope.get("path")) or self._on_path(_route_path(scope))
+            ):
                 await self._post(scope, receive, send)
                 return
         elif kind == "lifespan":
@@ -325,6 +327,18 @@ class CancellationMiddleware:
             return
         async with context as token:
             await _Exchange(self, scope, receive, send, body, token, caller).run()
+
+
+def _route_path(scope: Scope) -> str | None:
+    """The path without ``root_path``, as Starlette routes it (``uvicorn --root-path``,
+    or an app mounted under a prefix, put the root path in front of ``path``)."""
+    path = scope.get("path")
+    root = scope.get("root_path")
+    if not root or not isinstance(path, str) or not isinstance(root, str):
+        return None
+    if path.startswith(root) and path[len(root) : len(root) + 1] == "/":
+        return path[len(root) :]
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
