@@ -278,11 +278,21 @@ class RedisStorage(Storage):
         if loop is not self._loop:
             return await self._forward(fn)
         self._start_background()
+        # redis-py can swallow a cancellation of the calling task (it retries the command,
+        # or turns the cancellation into a connection error): a request cancelled during a
+        # call must still stop, so a cancel requested meanwhile is re-raised here.
+        task = asyncio.current_task()
+        cancelling = task.cancelling() if task is not None else 0
         try:
             async with asyncio.timeout(self.timeout):
-                return await fn()
+                result = await fn()
         except _UNAVAILABLE as exc:
+            if task is not None and task.cancelling() > cancelling:
+                raise asyncio.CancelledError from exc
             raise StorageUnavailable(f"Redis unavailable: {exc or type(exc).__name__}") from exc
+        if task is not None and task.cancelling() > cancelling:
+            raise asyncio.CancelledError
+        return result
 
     async def _forward(self, fn: Callable[[], Awaitable[T]]) -> T:
         home = self._loop
@@ -385,9 +395,21 @@ class RedisStorage(Storage):
         with self._lock:
             self._local.setdefault((scope, key), {})[owner] = token
             self._orphans.discard((scope, key, owner))
-        value = await self._call(
-            lambda: self._script("TRACK", _b(scope), _b(key), _b(owner), self._worker, self._hb_ms)
-        )
+        try:
+            value = await self._call(
+                lambda: self._script(
+                    "TRACK", _b(scope), _b(key), _b(owner), self._worker, self._hb_ms
+                )
+            )
+        except StorageUnavailable:
+            raise  # still tracked locally: the next resync tracks it in Redis
+        except BaseException:
+            # Cancelled (or failed) midway: the caller treats the request as never tracked,
+            # so drop it here and have the next resync or cleanup untrack it in Redis.
+            self._forget(scope, key, owner)
+            with self._lock:
+                self._orphans.add((scope, key, owner))
+            raise
         if value is not None:
             token.set_cancelled(_decode_reason(value))
 
@@ -401,7 +423,7 @@ class RedisStorage(Storage):
         self._forget(scope, key, owner)
         try:
             await self._call(lambda: self._script("UNTRACK", _b(scope), _b(key), _b(owner)))
-        except StorageUnavailable:
+        except BaseException:  # unavailable, or cancelled midway: release it later
             with self._lock:
                 self._orphans.add((scope, key, owner))
             raise

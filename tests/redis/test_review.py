@@ -1,0 +1,67 @@
+"""Review findings on the Redis storage: each test pins a bug that was fixed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from .conftest import MakeRegistry
+
+pytestmark = pytest.mark.redis
+
+
+async def _cancel_at_first_await(coro: object) -> None:
+    """Run *coro* as a task and cancel it at its first suspension (a Redis round trip)."""
+    task = asyncio.ensure_future(coro)  # type: ignore[call-overload]
+    await asyncio.sleep(0)  # the task runs up to its first await on the network
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_request_cancelled_while_tracking_leaves_no_in_flight_row(
+    make_registry: MakeRegistry,
+) -> None:
+    # A client disconnect cancels the request's task; if that lands during the TRACK round
+    # trip, the row must not stay in flight forever (re-tracked by every resync, never
+    # swept because the registry forgot its owner).
+    registry = make_registry()
+    await registry.stats()  # start the storage's background tasks first
+
+    async def enter() -> None:
+        async with registry.request(7, "ip:10.0.0.1"):
+            await asyncio.sleep(10)
+
+    await _cancel_at_first_await(enter())
+    await registry.storage.resync()  # type: ignore[attr-defined]
+    await registry.cleanup()
+    assert not await registry.in_flight(7, "ip:10.0.0.1")
+    assert (await registry.stats()).in_flight == {}
+    # A notifications/cancelled for the finished request is ignored, as on memory.
+    assert not await registry.cancel_in_flight(7, "late", "ip:10.0.0.1")
+
+
+async def test_untrack_cancelled_midway_leaves_no_in_flight_row(
+    make_registry: MakeRegistry,
+) -> None:
+    registry = make_registry()
+    await registry.stats()
+    scope = "session:s"
+    tracked = asyncio.Event()
+
+    async def run() -> None:
+        await registry.track(3, scope)
+        tracked.set()
+        await registry.untrack(3, scope)  # cancelled during its round trip
+        await asyncio.sleep(10)
+
+    task = asyncio.ensure_future(run())
+    await tracked.wait()  # resumes once the task waits inside untrack
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await registry.storage.resync()  # type: ignore[attr-defined]
+    await registry.cleanup()
+    assert not await registry.in_flight(3, scope)
+    assert (await registry.stats()).in_flight == {}
