@@ -170,12 +170,20 @@ class MemoryStorage(Storage):
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
         rows = self._rows.get(scope)
         row = rows.get(key) if rows is not None else None
+        if row is None and rows is not None and self._rows.get(scope) is not rows:
+            # An eviction replaced that dict meanwhile and _release may be emptying it,
+            # survivors included: read the current one.
+            with self._lock:
+                rows = self._rows.get(scope)
+                row = rows.get(key) if rows is not None else None
         return (False, None) if row is None else (True, row[1])
 
     def remove_nowait(self, scope: str, key: str) -> bool:
         """Synchronous :meth:`remove`: a lock-free read, and the lock only to delete."""
         rows = self._rows.get(scope)
-        if rows is None or key not in rows:
+        if rows is None or (key not in rows and self._rows.get(scope) is rows):
+            # (A dict an eviction replaced meanwhile may be emptied by _release, survivors
+            # included: only a miss in the scope's current dict means the row is absent.)
             return False
         with self._lock:
             rows = self._rows.get(scope)
