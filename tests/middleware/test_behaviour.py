@@ -481,9 +481,9 @@ async def test_storage_down_disconnect_still_stops_the_tool(
         (key,) = await harness.wait_started()
         storage.down = True
         tg.cancel_scope.cancel()
-    # Not recorded in the storage, but the token flipped: the polling tool stopped.
+    # A disconnect writes nothing to the storage: the token flipped, the tool stopped.
     assert await harness.wait_outcome(key, "cancelled", "completed") == "cancelled"
-    assert harness.cancellations == []
+    assert [c["method"] for c in harness.cancellations] == ["disconnect"]
     storage.down = False
     await harness.wait_empty()
 

@@ -30,6 +30,7 @@ import math
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
+from .. import signals
 from ..errors import (
     CancellationLimitReached,
     ConfigurationError,
@@ -500,21 +501,25 @@ class _Exchange:
             logger.exception("disconnect watcher failed")
 
     async def _on_disconnect(self) -> None:
-        """The client is gone: record the cancellation, flip the token, arm the kill timer."""
+        """The client is gone: flip the token, report the cancellation, arm the kill timer."""
         if self.response_done or self.disconnected.is_set():
             return  # the response had ended: not a cancellation
         self.disconnected.set()
-        try:
-            await self.middleware.registry.cancel_in_flight(
-                self.token.request_id, DISCONNECT_REASON, self.caller, method="disconnect"
-            )
-        except StorageUnavailable as exc:
-            logger.warning("disconnect of %s not recorded: %s", self.token.request_id, exc)
-        except CancellationLimitReached:
-            logger.warning("disconnect of %s over quota", self.token.request_id)
-        finally:
-            # Flip the token directly too: the tool stops even when the storage is down.
-            self.token.set_cancelled(DISCONNECT_REASON)
+        # Flip this request's own token, and write no row: a row is keyed (scope, id), so
+        # it would also cancel every other request of the scope using the same id (another
+        # client behind the same address, a retry) though only this one's client left.
+        self.token.set_cancelled(DISCONNECT_REASON)
+        if signals.request_cancelled.receivers:
+            try:
+                signals.request_cancelled.send(
+                    self.middleware.registry,
+                    request_id=self.token.request_id,
+                    scope=self.caller,
+                    reason=DISCONNECT_REASON,
+                    method="disconnect",
+                )
+            except Exception:  # a receiver must not keep the kill timer from being armed
+                logger.exception("request.cancelled receiver failed")
         timeout = self.middleware.stream_cancel_timeout
         if timeout is not None and not self.response_done:
             self.killer = asyncio.get_running_loop().call_later(timeout, self._kill)
