@@ -77,3 +77,18 @@ async def test_memory_read_racing_an_eviction_still_sees_a_surviving_row() -> No
     registry, insert_elsewhere = await _survivor_setup()
     with _interleave(MemoryStorage.get, "row = rows.get(key)", insert_elsewhere):
         assert await registry.is_cancelled("a2", scope="a")
+
+
+async def test_memory_evicted_rows_are_freed_when_every_insert_evicts() -> None:
+    # Below a cap of 40 the eviction batch is one row, so at the cap every insert evicts;
+    # the rows it evicted must still be freed (not kept until the next cleanup, which may
+    # be a janitor interval away or never), or the cap no longer bounds memory.
+    storage = MemoryStorage()
+    registry = CancellationRegistry(
+        storage, max_rows=10, max_rows_per_scope=None, janitor_interval=None
+    )
+    for n in range(1000):
+        await registry.cancel(n, "r", scope=f"s{n % 3}")
+    assert (await registry.stats()).total_rows == 10
+    waiting = sum(len(dead) for dead in storage._graveyard)
+    assert waiting <= 1, f"{waiting} evicted rows still held"

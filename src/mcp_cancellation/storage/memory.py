@@ -81,6 +81,8 @@ class MemoryStorage(Storage):
                     return _QUOTA
                 evicted: tuple[tuple[str, int], ...] = ()
                 if limits.max_rows is not None and self._total >= limits.max_rows:
+                    if self._graveyard:  # with a batch of 1, every insert at the cap evicts
+                        self._release(_RELEASE_PER_CALL)
                     evicted = self._evict(limits.eviction_batch)
                     rows = self._rows.get(scope)
                 if rows is None:
