@@ -3,6 +3,7 @@ uvicorn server and real HTTP clients."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import anyio
@@ -102,4 +103,39 @@ async def test_disconnect_cancels_only_the_request_whose_client_left(
     message = final_message(answers["b"])
     assert "result" in message, message
     assert message["result"]["isError"] is False
+    await harness.wait_empty()
+
+
+async def test_cross_site_text_plain_cancel_is_not_recorded(
+    serve: Serve, http: httpx.AsyncClient
+) -> None:
+    """A web page can make the user's browser POST a ``text/plain`` body cross-site
+    without a CORS preflight (a "simple" request), from the user's own address. The SDK
+    refuses any POST that is not ``application/json``; the middleware must not record a
+    cancellation from one either."""
+    harness = serve("sdk", json_response=True)
+    answers: dict[str, httpx.Response] = {}
+
+    async def call() -> None:
+        answers["call"] = await http.post(
+            harness.url, json=call_body(3, "poll", {"seconds": 1.5}), headers=SSE_AND_JSON
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await harness.wait_started()
+        forged = await http.post(
+            harness.url,
+            content=json.dumps(cancel_body(3, "csrf")).encode(),
+            headers={
+                "content-type": "text/plain;charset=UTF-8",
+                "origin": "https://evil.example",
+                "accept": "*/*",
+            },
+        )
+        assert forged.status_code == 400  # the SDK's status for that Content-Type
+        assert forged.json()["error"]["code"] == -32600
+    message = final_message(answers["call"])
+    assert "result" in message, message
+    assert harness.cancellations == []
     await harness.wait_empty()

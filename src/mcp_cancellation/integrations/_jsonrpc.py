@@ -21,6 +21,7 @@ __all__ = [
     "classify",
     "header",
     "is_handshake_version",
+    "is_json_content_type",
     "send_accepted",
     "send_error",
 ]
@@ -101,6 +102,16 @@ def is_handshake_version(version: str | None) -> bool:
     """Whether a ``MCP-Protocol-Version`` header selects the handshake-era transport
     (absent means the spec's default, a handshake version)."""
     return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+def is_json_content_type(value: str | None) -> bool:
+    """Whether a ``Content-Type`` passes the SDK's two checks of a POST (the transport
+    security check, then the transport's own). Anything else the SDK refuses: so must the
+    middleware, or a cross-site ``text/plain`` form or ``no-cors`` fetch, which browsers
+    send without a CORS preflight, could cancel the user's requests."""
+    if value is None or not value.lower().startswith("application/json"):
+        return False
+    return any(part.strip() == "application/json" for part in value.split(";")[0].split(","))
 
 
 async def send_error(

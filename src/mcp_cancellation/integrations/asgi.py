@@ -268,6 +268,13 @@ class CancellationMiddleware:
     async def _cancel(
         self, scope: Scope, receive: Receive, send: Send, body: bytes, parsed: _jsonrpc.Message
     ) -> None:
+        if not _jsonrpc.is_json_content_type(_jsonrpc.header(scope, b"content-type")):
+            # Refused like the SDK refuses it (400): a cross-site text/plain POST
+            # must not cancel anything.
+            await _jsonrpc.send_error(
+                send, 400, _jsonrpc.INVALID_REQUEST, "Invalid Content-Type header"
+            )
+            return
         params = parsed.params
         if not isinstance(params, dict):
             await _jsonrpc.send_error(
