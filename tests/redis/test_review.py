@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from redis.asyncio import Redis
 
 from .conftest import MakeRegistry
 
@@ -65,3 +66,35 @@ async def test_untrack_cancelled_midway_leaves_no_in_flight_row(
     await registry.cleanup()
     assert not await registry.in_flight(3, scope)
     assert (await registry.stats()).in_flight == {}
+
+
+async def test_a_worker_whose_heartbeat_lapsed_resyncs_even_if_a_request_starts_first(
+    make_registry: MakeRegistry, raw: Redis, prefix: str
+) -> None:
+    # The worker's heartbeat key vanished (it expired while the worker's loop stalled, or
+    # maxmemory evicted it) and another worker's cleanup removed its in-flight rows. The
+    # heartbeat then finds the key missing and resyncs, unless a request tracked first:
+    # TRACK recreated the key, the heartbeat saw nothing wrong, and the worker's earlier
+    # requests stayed untracked in Redis, so cancellations of them were ignored.
+    worker = make_registry(storage={"heartbeat_ttl": 0.6})  # refreshed every 0.2 s
+    other = make_registry()
+    await other.stats()
+    hold = asyncio.Event()
+    started = asyncio.Event()
+
+    async def tool() -> None:
+        async with worker.request("old", "s"):
+            started.set()
+            await hold.wait()
+
+    task = asyncio.create_task(tool())
+    await started.wait()
+    assert await other.in_flight("old", scope="s")
+    await raw.delete(f"{{{prefix}}}:hb:{worker.instance_id}")
+    assert await other.cleanup() == (0, 1)  # the lapsed worker's rows are swept
+    async with worker.request("new", "s"):  # recreates the heartbeat key
+        await asyncio.sleep(1.0)  # several heartbeats
+        assert await other.in_flight("old", scope="s")
+        assert await other.cancel_in_flight("old", "stop", scope="s")
+    hold.set()
+    await task

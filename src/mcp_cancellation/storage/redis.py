@@ -396,7 +396,7 @@ class RedisStorage(Storage):
             self._local.setdefault((scope, key), {})[owner] = token
             self._orphans.discard((scope, key, owner))
         try:
-            value = await self._call(
+            value, created = await self._call(
                 lambda: self._script(
                     "TRACK", _b(scope), _b(key), _b(owner), self._worker, self._hb_ms
                 )
@@ -412,6 +412,18 @@ class RedisStorage(Storage):
             raise
         if value is not None:
             token.set_cancelled(_decode_reason(value))
+        if int(created):
+            # The heartbeat had lapsed, so another worker's cleanup may have swept this
+            # worker's other rows; the heartbeat task would no longer see it missing.
+            with self._lock:
+                others = len(self._local) > 1 or len(self._local.get((scope, key), ())) > 1
+            home = self._loop
+            if others and home is not None and not home.is_closed():
+                if home is asyncio.get_running_loop():
+                    self._resync_wanted.set()
+                else:
+                    with contextlib.suppress(RuntimeError):  # the home loop just closed
+                        home.call_soon_threadsafe(self._resync_wanted.set)
 
     def _forget(self, scope: str, key: str, owner: str) -> None:
         with self._lock:
