@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
+from ..support import async_wait_until
 from .conftest import MakeRegistry
 
 pytestmark = pytest.mark.redis
@@ -98,3 +99,27 @@ async def test_a_worker_whose_heartbeat_lapsed_resyncs_even_if_a_request_starts_
         assert await other.cancel_in_flight("old", "stop", scope="s")
     hold.set()
     await task
+
+
+async def test_cleanup_cancelled_midway_still_releases_dead_owners_later(
+    make_registry: MakeRegistry,
+) -> None:
+    # Two connections: the listener's, and one that a blocking command holds below, so
+    # that the cleanup is cancelled while it waits for a connection, before its script.
+    registry = make_registry(storage={"max_connections": 2})
+    await registry.stats()
+    await async_wait_until(lambda: registry.storage.subscribed)  # type: ignore[attr-defined]
+
+    async def abandoned() -> None:  # tracks and ends without untracking
+        await registry.track(5, "s")
+
+    await asyncio.ensure_future(abandoned())
+    assert await registry.in_flight(5, "s")
+    client = registry.storage.client  # type: ignore[attr-defined]
+    blocking = asyncio.ensure_future(client.blpop(["review-nothing"], timeout=1))
+    await asyncio.sleep(0.1)
+    await _cancel_at_first_await(registry.cleanup())
+    await blocking
+    await registry.cleanup()
+    assert not await registry.in_flight(5, "s")
+    assert (await registry.stats()).in_flight == {}

@@ -507,7 +507,7 @@ class RedisStorage(Storage):
             call = [self._worker, ttl_arg, str(self._cleanup_batch), *args]
             try:
                 reply = await self._call(functools.partial(self._script, "CLEANUP", *call))
-            except StorageUnavailable:
+            except BaseException:  # unavailable, or cancelled midway
                 if args:
                     with self._lock:
                         self._orphans.update(triples)  # released by a later pass
