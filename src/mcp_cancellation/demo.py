@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 
 from . import signals
 from .context import current_token, raise_if_cancelled
@@ -142,16 +143,33 @@ def build_demo_app(
     protection (Host/Origin allow-list) for loopback hosts.
     """
     server = build_demo_server(poll_interval=poll_interval)
+    security = loopback_transport_security(host)
     mcp_app = server.streamable_http_app(
-        stateless_http=True, json_response=json_response, host=host
+        stateless_http=True,
+        json_response=json_response,
+        transport_security=security,
+        host=host,
     )
     middleware = CancellationMiddleware(
         mcp_app,
         registry=registry,
         trusted_proxies=trusted_proxies,
         stream_cancel_timeout=stream_cancel_timeout,
+        transport_security=security,
     )
     return _Router(middleware, _metrics_app(registry))
+
+
+def loopback_transport_security(host: str) -> TransportSecuritySettings | None:
+    """The DNS-rebinding protection the SDK turns on by itself for a loopback *host*,
+    built here so that the SDK app and the middleware share one instance."""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
 
 
 def _log_cancellation(sender: Any, **kwargs: Any) -> None:

@@ -139,3 +139,48 @@ async def test_cross_site_text_plain_cancel_is_not_recorded(
     assert "result" in message, message
     assert harness.cancellations == []
     await harness.wait_empty()
+
+
+async def test_dns_rebinding_host_cannot_cancel() -> None:
+    """A page rebound to the loopback server sends same-origin JSON with a foreign Host:
+    the SDK refuses it (421) for its own endpoint, and so must the middleware for the
+    notifications/cancelled it answers in front of the SDK."""
+    from mcp_cancellation.demo import build_demo_app
+
+    registry = CancellationRegistry(janitor_interval=None)
+    app = build_demo_app(registry, json_response=True, host="127.0.0.1")
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    with UvicornThread(app, proxy_headers=False) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            results: list[httpx.Response] = []
+
+            async def call() -> None:
+                call_body = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {"name": "slow_count", "arguments": {"seconds": 2}},
+                }
+                results.append(await client.post("/mcp", json=call_body, headers=headers))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                assert isinstance(registry.storage, MemoryStorage)
+                storage: MemoryStorage = registry.storage
+                await async_wait_until(lambda: storage.stats_nowait().in_flight)
+                evil = {
+                    **headers,
+                    "host": f"evil.example:{server.port}",
+                    "origin": f"http://evil.example:{server.port}",
+                }
+                cancel = {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": 1},
+                }
+                refused = await client.post("/mcp", json=cancel, headers=evil)
+                assert refused.status_code == 421
+            answer = json.loads(results[0].text)
+            assert "error" not in answer, answer
+            assert answer["result"]["isError"] is False
+            assert storage.stats_nowait().rows == {}

@@ -28,7 +28,7 @@ import ipaddress
 import logging
 import math
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import signals
 from ..errors import (
@@ -40,6 +40,12 @@ from ..errors import (
 from ..registry import CancellationRegistry
 from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of
 from ..token import RequestToken
+
+if TYPE_CHECKING:
+    from mcp.server.transport_security import (
+        TransportSecurityMiddleware,
+        TransportSecuritySettings,
+    )
 from . import _jsonrpc
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "CancellationMiddleware", "DISCONNECT_REASON"]
@@ -75,7 +81,11 @@ class CancellationMiddleware:
     ``stream_cancel_timeout`` is how long a request whose client disconnected may keep
     running before its work is cancelled (``None``: never). ``session_resolver`` returns
     a session id the *server* has validated for the request, or ``None``. Bodies larger
-    than ``max_body_bytes`` are refused with 413, as the SDK does. Invalid settings raise
+    than ``max_body_bytes`` are refused with 413, as the SDK does. Give
+    ``transport_security`` the same ``TransportSecuritySettings`` as the SDK app (which
+    turns DNS-rebinding protection on by itself for loopback hosts): the middleware answers
+    ``notifications/cancelled`` in front of the SDK and applies that Host/Origin check
+    there too. Invalid settings raise
     :class:`~mcp_cancellation.ConfigurationError` here.
 
     The janitor of the registry starts on ASGI lifespan startup (or at the first request
@@ -92,6 +102,7 @@ class CancellationMiddleware:
         stream_cancel_timeout: float | None = 10.0,
         session_resolver: Callable[[Scope], str | None] | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        transport_security: TransportSecuritySettings | None = None,
     ) -> None:
         if not isinstance(path, str) or not path.startswith("/"):
             raise ConfigurationError(f"path must start with '/', not {path!r}")
@@ -126,6 +137,11 @@ class CancellationMiddleware:
         self.stream_cancel_timeout = stream_cancel_timeout
         self.session_resolver = session_resolver
         self.max_body_bytes = max_body_bytes
+        self._security: TransportSecurityMiddleware | None = None
+        if transport_security is not None:
+            from mcp.server.transport_security import TransportSecurityMiddleware
+
+            self._security = TransportSecurityMiddleware(transport_security)
         self._janitor_checked = False
 
     def __repr__(self) -> str:
@@ -268,6 +284,16 @@ class CancellationMiddleware:
     async def _cancel(
         self, scope: Scope, receive: Receive, send: Send, body: bytes, parsed: _jsonrpc.Message
     ) -> None:
+        if self._security is not None:
+            # The SDK's Host/Origin allow-list (DNS-rebinding protection) guards its own
+            # endpoint; the middleware answers this notification in front of it, so it
+            # must apply the same check or a rebinding page could cancel the user's calls.
+            from starlette.requests import Request
+
+            refusal = await self._security.validate_request(Request(scope), is_post=True)
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
         if not _jsonrpc.is_json_content_type(_jsonrpc.header(scope, b"content-type")):
             # Refused like the SDK refuses it (400): a cross-site text/plain POST
             # must not cancel anything.
