@@ -348,10 +348,8 @@ class PrometheusBridge:
                         "another PrometheusBridge is installed on this CollectorRegistry "
                         "(use one CollectorRegistry per CancellationRegistry)"
                     ) from exc
-            signals.request_cancelled.connect(self._on_cancelled, sender=registry, weak=False)
-            signals.cancellation_rejected.connect(self._on_rejected, sender=registry, weak=False)
-            signals.cancellation_evicted.connect(self._on_evicted, sender=registry, weak=False)
-            signals.cancellation_cleanup.connect(self._on_cleanup, sender=registry, weak=False)
+            for signal, receiver in self._receivers():
+                signal.connect(receiver, sender=registry, weak=False)
             # blinker forgets a dead sender but keeps strong receivers: disconnect with it.
             self._finalizer = weakref.finalize(registry, _teardown, self._receivers(), self._files)
             if self._files is not None:
