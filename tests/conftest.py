@@ -9,24 +9,39 @@ each other's rows.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from typing import Any
 
 import pytest
 
 from mcp_cancellation import CancellationRegistry, MemoryStorage, Storage
 
-from .support import RedisServer
+from .support import RedisServer, ServerLog, server_log_tails
 
 BACKENDS = ["memory", "redis"]
 
 MakeRegistry = Callable[..., CancellationRegistry]
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test shows the log tail of every server it started (and of the session's
+    redis-server) next to its own output; the logs are forgotten after its teardown."""
+    report = yield
+    if report.failed:
+        for title, tail in server_log_tails():
+            report.sections.append((title, tail))
+    if report.when == "teardown":
+        ServerLog.current.clear()
+    return report
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One real redis-server for the session (tests that stop it start their own)."""
-    with RedisServer() as server:
+    with RedisServer(session=True) as server:
         yield server
 
 

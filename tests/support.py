@@ -14,13 +14,68 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import uvicorn
 
-__all__ = ["RedisServer", "UvicornThread", "free_port", "wait_until"]
+__all__ = [
+    "RedisServer",
+    "ServerLog",
+    "UvicornThread",
+    "free_port",
+    "server_log_tails",
+    "wait_until",
+]
+
+#: Seconds the test servers keep an idle connection open (see UvicornThread).
+KEEP_ALIVE = 30
+#: How much of each server log a failed test shows.
+LOG_TAIL_LINES = 80
+
+
+class ServerLog:
+    """The log file of a server a test started, shown (its tail) when the test fails.
+
+    Servers register their log when they start; the ``pytest_runtest_makereport`` hook in
+    ``tests/conftest.py`` attaches the tail of every log registered during a failed test
+    (and of the session's own servers) to its report. :meth:`keep` reads the tail into
+    memory for servers that delete their files when they stop.
+    """
+
+    #: Logs of servers started for the whole session, shown with every failure.
+    session: ClassVar[list[ServerLog]] = []
+    #: Logs registered by the test running now (cleared after its teardown).
+    current: ClassVar[list[ServerLog]] = []
+
+    def __init__(self, name: str, path: Path | str, *, session: bool = False) -> None:
+        self.name = name
+        self.path = Path(path)
+        self.kept: str | None = None
+        (ServerLog.session if session else ServerLog.current).append(self)
+
+    def tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        if self.kept is not None:
+            return self.kept
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            return f"(log unreadable: {exc})"
+        rows = text.splitlines()
+        shown = "\n".join(rows[-lines:])
+        return shown if len(rows) <= lines else f"(last {lines} of {len(rows)} lines)\n{shown}"
+
+    def keep(self) -> None:
+        """Read the tail now (the file is about to be deleted)."""
+        self.kept = None
+        self.kept = self.tail()
+
+
+def server_log_tails() -> list[tuple[str, str]]:
+    """``(title, tail)`` of every server log of the current test and of the session."""
+    logs = [*ServerLog.current, *ServerLog.session]
+    return [(f"log of {log.name} ({log.path})", log.tail() or "(empty)") for log in logs]
 
 
 def free_port() -> int:
@@ -54,10 +109,32 @@ async def async_wait_until(predicate: Any, within: float = 10.0, interval: float
         await asyncio.sleep(interval)
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+def start_on_free_port(
+    spawn: Callable[[int], subprocess.Popen[bytes]],
+    ready: Callable[[int], bool],
+    log: ServerLog,
+    *,
+    timeout: float = 30,
+) -> tuple[int, subprocess.Popen[bytes]]:
+    """Start a server subprocess on a free port and wait until *ready* (or it exits).
+
+    ``spawn(port)`` starts it; a port taken by another process between :func:`free_port`
+    and the server's bind ("address already in use" in its log) is replaced by another.
+    Any other early exit raises with the server's log.
+    """
+    for _ in range(5):
+        port = free_port()
+        process = spawn(port)
+        wait_until(
+            lambda process=process, port=port: process.poll() is not None or ready(port),
+            timeout=timeout,
+            interval=0.1,
+        )
+        if process.poll() is None:
+            return port, process
+        if "address already in use" not in log.tail().lower():
+            break
+    raise RuntimeError(f"{log.name} exited at start:\n{log.tail()}")
 
 
 class RedisServer:
@@ -67,7 +144,7 @@ class RedisServer:
     outage. Extra ``redis-server`` arguments go in *args*.
     """
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, session: bool = False) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed; run ./dev test to install it")
@@ -75,6 +152,9 @@ class RedisServer:
         self.port = free_port()
         self.args = args
         self.dir = tempfile.mkdtemp(prefix="mcp-cancellation-redis-")
+        self.log = ServerLog(
+            f"redis-server :{self.port}", Path(self.dir) / "redis.log", session=session
+        )
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -82,8 +162,29 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        """Start the server and wait for its "Ready to accept connections" log line.
+
+        A port can be taken by another process between :func:`free_port` and the bind (two
+        suites on one machine, or any outgoing connection's ephemeral port): the first start
+        then picks another port. A restart keeps its port, as a real outage would.
+        """
         if self.process is not None and self.process.poll() is None:
             return
+        for _ in range(5):
+            if self._spawn():
+                self._started = True
+                return
+            if self._started or "Address already in use" not in self._new_log:
+                break
+            self.port = free_port()
+        raise RuntimeError(f"redis-server did not start:\n{self._new_log or self.log.tail()}")
+
+    _started = False
+    _new_log = ""
+
+    def _spawn(self) -> bool:
+        """One start attempt; whether this process is now serving."""
+        offset = self.log.path.stat().st_size if self.log.path.exists() else 0
         self.process = subprocess.Popen(
             [
                 self.binary,
@@ -99,12 +200,34 @@ class RedisServer:
                 self.dir,
                 "--protected-mode",
                 "no",
+                "--logfile",
+                str(self.log.path),
                 *self.args,
             ],
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
         )
-        wait_until(lambda: _port_open(self.port), timeout=15)
+        process = self.process
+
+        def new_log() -> str:
+            try:
+                with self.log.path.open("rb") as handle:
+                    handle.seek(offset)
+                    self._new_log = handle.read().decode("utf-8", "replace")
+            except OSError:
+                self._new_log = ""
+            return self._new_log
+
+        # Ready once *this* process says so (the port answering could be someone else's).
+        wait_until(
+            lambda: "Ready to accept connections" in new_log() or process.poll() is not None,
+            timeout=15,
+        )
+        if process.poll() is None:
+            return True
+        new_log()
+        self.process = None
+        return False
 
     def stop(self) -> None:
         if self.process is None:
@@ -119,6 +242,7 @@ class RedisServer:
 
     def close(self) -> None:
         self.stop()
+        self.log.keep()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
@@ -136,12 +260,22 @@ class UvicornThread:
     """
 
     def __init__(self, app: Any, *, port: int | None = None, **config: Any) -> None:
-        self.port = port or free_port()
+        # Bound here and handed to uvicorn: no other process can take the port between
+        # choosing it and serving on it.
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(("127.0.0.1", port or 0))
+        self.port: int = self.socket.getsockname()[1]
         config.setdefault("log_level", "warning")
         config.setdefault("lifespan", "on")
+        # Longer than any test client keeps an idle connection (httpx: 5 s): with equal
+        # timeouts a reused connection can be closed under the client, failing a request.
+        config.setdefault("timeout_keep_alive", KEEP_ALIVE)
         self.config = uvicorn.Config(app, host="127.0.0.1", port=self.port, **config)
         self.server = uvicorn.Server(self.config)
-        self.thread = threading.Thread(target=self.server.run, name=f"uvicorn-{self.port}")
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, name=f"uvicorn-{self.port}"
+        )
         self.thread.daemon = True
 
     @property
@@ -160,6 +294,7 @@ class UvicornThread:
         if self.thread.is_alive():  # pragma: no cover - a hung shutdown
             self.server.force_exit = True
             self.thread.join(timeout=10)
+        self.socket.close()
 
     def __enter__(self) -> UvicornThread:
         self.start()

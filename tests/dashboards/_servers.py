@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from ..support import free_port, wait_until
+from ..support import ServerLog, start_on_free_port
 
 __all__ = ["DemoProcess", "PrometheusServer", "binary", "stop"]
 
@@ -50,9 +50,10 @@ class DemoProcess:
     """``mcp-cancellation demo`` in a subprocess, exactly as a user starts it."""
 
     def __init__(self, *args: str, log: Path) -> None:
-        self.port = free_port()
+        self.port = 0
         self.args = args
         self.log = log
+        self.server_log = ServerLog("mcp-cancellation demo", log)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,19 +62,18 @@ class DemoProcess:
 
     def __enter__(self) -> DemoProcess:
         command = [sys.executable, "-m", "mcp_cancellation", "demo", "--host", "127.0.0.1"]
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [*command, "--port", str(self.port), *self.args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        wait_until(
-            lambda: _answers(f"{self.url}/metrics") or self.process.poll() is not None,
-            timeout=30,
-            interval=0.1,
+
+        def spawn(port: int) -> subprocess.Popen[bytes]:
+            with self.log.open("wb") as out:
+                return subprocess.Popen(
+                    [*command, "--port", str(port), *self.args],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+
+        self.port, self.process = start_on_free_port(
+            spawn, lambda port: _answers(f"http://127.0.0.1:{port}/metrics"), self.server_log
         )
-        if self.process.poll() is not None:
-            raise RuntimeError(f"demo exited: {self.log.read_text(errors='replace')}")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -88,7 +88,7 @@ class PrometheusServer:
     """
 
     def __init__(self, targets: Sequence[str], rule_files: Sequence[Path] = ()) -> None:
-        self.port = free_port()
+        self.port = 0
         self.dir = Path(tempfile.mkdtemp(prefix="mcp-cancellation-prometheus-"))
         self.targets = targets
         self.rule_files = rule_files
@@ -116,31 +116,32 @@ class PrometheusServer:
     def __enter__(self) -> PrometheusServer:
         config = self.dir / "prometheus.yml"
         config.write_text(self._config(), encoding="utf-8")
-        self.log = (self.dir / "prometheus.log").open("wb")
-        self.process = subprocess.Popen(
-            [
-                binary("prometheus"),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={self.dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--storage.tsdb.retention.time=1h",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+        self.server_log = ServerLog("prometheus", self.dir / "prometheus.log")
+        self.log = self.server_log.path.open("wb")
+
+        def spawn(port: int) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                [
+                    binary("prometheus"),
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={self.dir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    "--storage.tsdb.retention.time=1h",
+                ],
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
+
+        self.port, self.process = start_on_free_port(
+            spawn, lambda port: _answers(f"http://127.0.0.1:{port}/-/ready"), self.server_log
         )
-        wait_until(
-            lambda: _answers(f"{self.url}/-/ready") or self.process.poll() is not None,
-            timeout=30,
-            interval=0.1,
-        )
-        if self.process.poll() is not None:
-            raise RuntimeError((self.dir / "prometheus.log").read_text(errors="replace"))
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
             stop(self.process)
         self.log.close()
+        self.server_log.keep()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def api(self, path: str, **params: Any) -> Any:

@@ -31,7 +31,7 @@ import pytest
 
 from mcp_cancellation import _dashboards
 
-from ..support import project_root, wait_until
+from ..support import ServerLog, project_root, wait_until
 from ._render import render
 from ._rules import load_dashboard, rules_with_short_for
 from ._servers import DemoProcess, PrometheusServer, stop
@@ -71,6 +71,7 @@ def _simulate(url: str, log: Path) -> subprocess.Popen[bytes]:
         "6",
         "--json",
     ]
+    ServerLog("mcp-cancellation simulate", log)
     with log.open("wb") as err:
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err)
 

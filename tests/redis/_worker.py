@@ -38,7 +38,15 @@ def main() -> None:
     )
     registry = CancellationRegistry(storage, janitor_interval=args.janitor_interval)
     app = build_demo_app(registry, json_response=True, poll_interval=POLL_INTERVAL)
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on")
+    # Idle connections outlive the test client's keep-alive (see tests/support.py).
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        lifespan="on",
+        timeout_keep_alive=30,
+    )
 
 
 if __name__ == "__main__":

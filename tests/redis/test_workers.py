@@ -23,7 +23,13 @@ import pytest
 from mcp_cancellation import REQUEST_CANCELLED
 from mcp_cancellation.storage.redis import RedisStorage
 
-from ..support import RedisServer, async_wait_until, free_port, project_root, wait_until
+from ..support import (
+    RedisServer,
+    ServerLog,
+    async_wait_until,
+    project_root,
+    start_on_free_port,
+)
 
 pytestmark = [pytest.mark.redis, pytest.mark.e2e]
 
@@ -31,44 +37,47 @@ HEADERS = {"accept": "application/json, text/event-stream", "content-type": "app
 CALLER = "ip:127.0.0.1"  # the scope both workers derive for the test client
 
 
+def _answers(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).status_code > 0
+    except httpx.TransportError:
+        return False
+
+
 class Worker:
-    """A uvicorn worker subprocess on a free port."""
+    """A uvicorn worker subprocess on a free port, serving once constructed."""
 
     def __init__(self, redis_url: str, prefix: str, **options: float) -> None:
-        self.port = free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)  # noqa: SIM115
+        self.server_log = ServerLog("uvicorn worker", self.log.name)
         extra: list[str] = []
         for name, value in options.items():
             extra += [f"--{name.replace('_', '-')}", str(value)]
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.redis._worker",
-                "--port",
-                str(self.port),
-                "--redis-url",
-                redis_url,
-                "--prefix",
-                prefix,
-                *extra,
-            ],
-            cwd=project_root(),
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
+
+        def spawn(port: int) -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.redis._worker",
+                    "--port",
+                    str(port),
+                    "--redis-url",
+                    redis_url,
+                    "--prefix",
+                    prefix,
+                    *extra,
+                ],
+                cwd=project_root(),
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
+
+        self.port, self.process = start_on_free_port(spawn, _answers, self.server_log)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
-
-    def ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"worker exited:\n{self.output()}")
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=1).status_code > 0
-        except httpx.TransportError:
-            return False
 
     @property
     def alive(self) -> bool:
@@ -87,6 +96,7 @@ class Worker:
                 self.process.kill()
                 self.process.wait(timeout=10)
         self.log.close()
+        self.server_log.keep()
         os.unlink(self.log.name)
 
     def output(self) -> str:
@@ -102,10 +112,10 @@ def start_workers(prefix: str) -> Iterator[StartWorkers]:
     started: list[Worker] = []
 
     def start(server: RedisServer, count: int = 2, **options: float) -> list[Worker]:
-        workers = [Worker(server.url, prefix, **options) for _ in range(count)]
-        started.extend(workers)
-        for worker in workers:
-            wait_until(worker.ready, timeout=30, interval=0.1)
+        workers = []
+        for _ in range(count):
+            workers.append(Worker(server.url, prefix, **options))
+            started.append(workers[-1])
         return workers
 
     yield start
@@ -194,12 +204,24 @@ async def test_a_killed_workers_rows_go_after_the_heartbeat_ttl(
     doomed, survivor = start_workers(redis_server, heartbeat_ttl=1.0, janitor_interval=0.3)
     call = asyncio.create_task(http.post(doomed.url, json=call_body(3, 30)))
     await async_wait_until(lambda: tracked(observer, 3), within=10)
+    flight = observer.key("f:", f"{len(CALLER)}:{CALLER}3")
+    (owner_worker,) = await observer.client.hvals(flight)
+    heartbeat = observer.key("hb:", owner_worker.decode())  # type: ignore[union-attr]
     doomed.kill()
     with pytest.raises(httpx.TransportError):
         await call
-    # Nothing removed the row at once: the worker died without a word ...
-    assert await observer.is_tracked(CALLER, "3")
-    # ... and the survivor's janitor removes it once the heartbeat has expired.
+
+    # The worker died without a word: its row stays exactly as long as its heartbeat key
+    # lives (one snapshot of both per check), then the survivor's janitor removes it.
+    async def removed_after_heartbeat() -> bool:
+        pipe = observer.client.pipeline(transaction=True)
+        pipe.exists(heartbeat)
+        pipe.exists(flight)
+        beating, row = await pipe.execute()
+        assert row or not beating, "the row went while the worker's heartbeat lived"
+        return not row
+
+    await async_wait_until(removed_after_heartbeat, within=15, interval=0.05)
     await async_wait_until(lambda: _empty(observer), within=10)
     assert survivor.alive
 
