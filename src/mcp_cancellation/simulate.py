@@ -46,7 +46,10 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any, TextIO
 
-import httpx
+from ._extras import requires
+
+with requires("mcp", "mcp-cancellation simulate"):
+    import httpx
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -66,6 +69,13 @@ QUOTA_REACHED = -32000
 INVALID_PARAMS = -32602
 
 _FLOOD_CONNECTIONS = 32
+#: Seconds an idle connection is kept for reuse. Well below the servers' keep-alive
+#: timeout (uvicorn's default is 5 s, gunicorn's 2 s): with equal timeouts the server may
+#: close a connection just as the client reuses it, which fails that request with
+#: "Server disconnected without sending a response", more often on a loaded machine.
+KEEPALIVE_EXPIRY = 1.0
+#: Transport errors described on stderr before the simulator only counts them.
+_REPORTED_ERRORS = 20
 _DEFAULT_HOG_CALLS = 24
 _MAX_HOG_CALLS = 400
 
@@ -244,12 +254,30 @@ class _Simulation:
                 "POST", self.url, headers=headers, content=json.dumps(payload)
             ) as response:
                 body = await response.aread()
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
             self.stats.transport_errors += 1
+            self._report_transport_error(payload, address, exc)
             return 0, []
         if response.status_code >= 500:
             self.stats.http_errors += 1
         return response.status_code, _parse_messages(response, body)
+
+    def _report_transport_error(self, payload: object, address: str, exc: Exception) -> None:
+        """Say on stderr what failed (the first few times), so that a count is explained."""
+        if self.stats.transport_errors > _REPORTED_ERRORS:
+            return
+        method = payload.get("method") if isinstance(payload, dict) else None
+        elapsed = time.monotonic() - self.budget.start
+        print(
+            f"mcp-cancellation simulate: {elapsed:.1f}s: {method} as {address} failed: "
+            f"{type(exc).__name__}: {exc or '(no message)'}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if self.stats.transport_errors == _REPORTED_ERRORS:
+            print(
+                "mcp-cancellation simulate: (further transport errors not shown)", file=sys.stderr
+            )
 
     async def call(
         self, client: httpx.AsyncClient, address: str, request_id: int, tool: str, seconds: float
@@ -394,7 +422,7 @@ class _Simulation:
         def client(connections: int) -> httpx.AsyncClient:
             # One small pool per caller: httpx scans its whole pool on every request.
             return httpx.AsyncClient(
-                limits=httpx.Limits(max_connections=connections),
+                limits=httpx.Limits(max_connections=connections, keepalive_expiry=KEEPALIVE_EXPIRY),
                 timeout=timeout,
                 trust_env=False,
             )
