@@ -123,7 +123,9 @@ async def test_same_id_two_callers_cancel_one_only(
         answer = await http.post(harness.url, json=cancel_body(5), headers=SSE_AND_JSON)
         assert answer.status_code == 202
         await async_wait_until(lambda: "a" in answers, within=10)
-        # B is untouched: still running, then cancelled by its own caller.
+        # A's answer can reach the client before A's handler has released its row: wait
+        # for that release (the event), then B must be untouched, still running.
+        await async_wait_until(lambda: "ip:127.0.0.1" not in harness.stats().in_flight, within=10)
         assert "b" not in answers
         assert harness.stats().in_flight == {"ip:127.0.0.2": 1}
         answer = await other_http.post(harness.url, json=cancel_body(5), headers=SSE_AND_JSON)
@@ -131,4 +133,33 @@ async def test_same_id_two_callers_cancel_one_only(
     assert final_message(answers["a"])["error"]["code"] == REQUEST_CANCELLED
     assert final_message(answers["b"])["error"]["code"] == REQUEST_CANCELLED
     assert [c["scope"] for c in harness.cancellations] == ["ip:127.0.0.1", "ip:127.0.0.2"]
+    await harness.wait_empty()
+
+
+@pytest.mark.parametrize(
+    ("mode", "method"),
+    [("legacy", "notifications/cancelled"), ("2026-07-28", "disconnect")],
+)
+async def test_what_the_sdk_client_sends_when_its_caller_cancels(
+    serve: Serve, mode: str, method: str
+) -> None:
+    """What docs and ``mcp-cancellation client`` say of the ``mcp`` client: on protocol
+    2025-11-25 (``mode="legacy"``) cancelling ``call_tool`` POSTs
+    ``notifications/cancelled``; on 2026-07-28 it closes the call's stream."""
+    harness = serve("sdk", json_response=False)
+    async with Client(harness.url, mode=mode) as client:
+        with anyio.move_on_after(30) as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def cancel_once_started() -> None:
+                    await harness.wait_started()
+                    scope.cancel()
+
+                tg.start_soon(cancel_once_started)
+                await client.call_tool("poll", {"seconds": 30})
+        assert scope.cancelled_caught
+        # The session stays open until the server has recorded the cancellation.
+        await async_wait_until(lambda: len(harness.cancellations) == 1, within=10)
+    assert harness.cancellations[0]["method"] == method
+    assert harness.cancellations[0]["scope"] == "ip:127.0.0.1"
     await harness.wait_empty()

@@ -11,13 +11,32 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
-from mcp_cancellation import CancellationRegistry
+from mcp_cancellation import CancellationRegistry, Storage
 from mcp_cancellation.storage.redis import RedisStorage
 
-from ..support import RedisServer
+from ..support import RedisServer, async_wait_until
 
 MakeStorage = Callable[..., RedisStorage]
 MakeRegistry = Callable[..., CancellationRegistry]
+
+
+class ObservedRedisStorage(RedisStorage):
+    """A ``RedisStorage`` that counts its finished resyncs, so tests can wait for the one
+    that follows the listener's subscription instead of sleeping."""
+
+    resyncs = 0
+
+    async def resync(self) -> int:
+        flipped = await super().resync()
+        self.resyncs += 1
+        return flipped
+
+
+async def settled(storage: Storage) -> None:
+    """Wait until the listener is subscribed and its first resync has finished: from then
+    on the storage makes no round trip of its own (but its heartbeat's)."""
+    assert isinstance(storage, ObservedRedisStorage)
+    await async_wait_until(lambda: storage.subscribed and storage.resyncs >= 1, within=10)
 
 
 @pytest.fixture
@@ -46,7 +65,7 @@ async def make_storage(server: RedisServer, prefix: str) -> AsyncIterator[MakeSt
 
     def make(**kwargs: Any) -> RedisStorage:
         kwargs.setdefault("prefix", prefix)
-        storage = RedisStorage.from_url(server.url, **kwargs)
+        storage = ObservedRedisStorage.from_url(server.url, **kwargs)
         made.append(storage)
         return storage
 

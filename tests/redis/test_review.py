@@ -7,8 +7,10 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from ..support import async_wait_until
-from .conftest import MakeRegistry
+from mcp_cancellation import CancellationRegistry
+
+from ..support import RedisServer, async_wait_until
+from .conftest import MakeRegistry, ObservedRedisStorage
 
 pytestmark = pytest.mark.redis
 
@@ -70,16 +72,19 @@ async def test_untrack_cancelled_midway_leaves_no_in_flight_row(
 
 
 async def test_a_worker_whose_heartbeat_lapsed_resyncs_even_if_a_request_starts_first(
-    make_registry: MakeRegistry, raw: Redis, prefix: str
+    server: RedisServer, make_registry: MakeRegistry, raw: Redis, prefix: str
 ) -> None:
     # The worker's heartbeat key vanished (it expired while the worker's loop stalled, or
     # maxmemory evicted it) and another worker's cleanup removed its in-flight rows. The
     # heartbeat then finds the key missing and resyncs, unless a request tracked first:
     # TRACK recreated the key, the heartbeat saw nothing wrong, and the worker's earlier
     # requests stayed untracked in Redis, so cancellations of them were ignored.
-    worker = make_registry(storage={"heartbeat_ttl": 0.6})  # refreshed every 0.2 s
+    #
+    # A 60 s heartbeat TTL (refreshed every 20 s) keeps the periodic heartbeat out of the
+    # test: only the resync after the subscription and the one TRACK asks for can run.
+    storage = ObservedRedisStorage.from_url(server.url, prefix=prefix, heartbeat_ttl=60)
+    worker = CancellationRegistry(storage, janitor_interval=None)
     other = make_registry()
-    await other.stats()
     hold = asyncio.Event()
     started = asyncio.Event()
 
@@ -89,24 +94,34 @@ async def test_a_worker_whose_heartbeat_lapsed_resyncs_even_if_a_request_starts_
             await hold.wait()
 
     task = asyncio.create_task(tool())
-    await started.wait()
-    assert await other.in_flight("old", scope="s")
-    await raw.delete(f"{{{prefix}}}:hb:{worker.instance_id}")
-    assert await other.cleanup() == (0, 1)  # the lapsed worker's rows are swept
-    async with worker.request("new", "s"):  # recreates the heartbeat key
-        await asyncio.sleep(1.0)  # several heartbeats
+    try:
+        await started.wait()
+        # The resync that follows the listener's first subscription has run: nothing else
+        # re-tracks the worker's rows until TRACK finds the heartbeat missing.
+        await async_wait_until(lambda: storage.subscribed and storage.resyncs >= 1)
         assert await other.in_flight("old", scope="s")
-        assert await other.cancel_in_flight("old", "stop", scope="s")
-    hold.set()
-    await task
+        await raw.delete(f"{{{prefix}}}:hb:{worker.instance_id}")
+        assert await other.cleanup() == (0, 1)  # the lapsed worker's rows are swept
+        assert not await other.in_flight("old", scope="s")
+        async with worker.request("new", "s"):  # recreates the heartbeat key ...
+            # ... and so asks for a resync, which re-tracks "old".
+            await async_wait_until(lambda: storage.resyncs >= 2)
+            assert await other.in_flight("old", scope="s")
+            assert await other.cancel_in_flight("old", "stop", scope="s")
+        hold.set()
+        await task
+    finally:
+        hold.set()
+        await asyncio.gather(task, return_exceptions=True)
+        await worker.aclose()
 
 
 async def test_cleanup_cancelled_midway_still_releases_dead_owners_later(
-    make_registry: MakeRegistry,
+    make_registry: MakeRegistry, raw: Redis
 ) -> None:
     # Two connections: the listener's, and one that a blocking command holds below, so
     # that the cleanup is cancelled while it waits for a connection, before its script.
-    registry = make_registry(storage={"max_connections": 2})
+    registry = make_registry(storage={"max_connections": 2, "socket_timeout": 5})
     await registry.stats()
     await async_wait_until(lambda: registry.storage.subscribed)  # type: ignore[attr-defined]
 
@@ -116,8 +131,13 @@ async def test_cleanup_cancelled_midway_still_releases_dead_owners_later(
     await asyncio.ensure_future(abandoned())
     assert await registry.in_flight(5, "s")
     client = registry.storage.client  # type: ignore[attr-defined]
-    blocking = asyncio.ensure_future(client.blpop(["review-nothing"], timeout=1))
-    await asyncio.sleep(0.1)
+    blocking = asyncio.ensure_future(client.blpop(["review-nothing"], timeout=2))
+
+    async def blocked() -> bool:  # the pool's last connection is held by the BLPOP
+        clients = await raw.client_list()
+        return any(c.get("cmd") == "blpop" for c in clients)
+
+    await async_wait_until(blocked, within=10)
     await _cancel_at_first_await(registry.cleanup())
     await blocking
     await registry.cleanup()
