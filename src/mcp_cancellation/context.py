@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-from .errors import RequestCancelled
 from .token import RequestToken
 
 __all__ = ["cancelled", "current_token", "raise_if_cancelled"]
@@ -26,7 +25,10 @@ def current_token() -> RequestToken | None:
 def cancelled() -> bool:
     """Whether the request being served has been cancelled (``False`` outside one)."""
     token = _current.get()
-    return token is not None and token.cancelled
+    if token is None or not token.cancelled:
+        return False
+    token.mark_observed()  # the tool saw it: the request then ends as "stopped"
+    return True
 
 
 def raise_if_cancelled() -> None:
@@ -34,4 +36,4 @@ def raise_if_cancelled() -> None:
     cancelled; do nothing outside a tracked request."""
     token = _current.get()
     if token is not None and token.cancelled:
-        raise RequestCancelled(token.reason)
+        token.raise_if_cancelled()

@@ -115,7 +115,7 @@ def build_sdk_app(log: ToolLog, *, json_response: bool, stateless: bool = True) 
     """The SDK's ``MCPServer`` with the test tools, as a stateless Streamable HTTP app."""
     from mcp.server.mcpserver import MCPServer
 
-    from mcp_cancellation.tools import cancellable
+    from mcp_cancellation.integrations.mcp_sdk import cancellable
 
     server = MCPServer("middleware-tests", log_level="WARNING")
 
@@ -143,7 +143,7 @@ def build_fastmcp_app(log: ToolLog, *, json_response: bool, middleware: Any = No
     """The same tools on FastMCP (``fastmcp_middleware()`` answers -32800)."""
     from fastmcp import FastMCP
 
-    from mcp_cancellation.tools import fastmcp_middleware
+    from mcp_cancellation.integrations.fastmcp import fastmcp_middleware
 
     server = FastMCP("middleware-tests-fastmcp", middleware=[fastmcp_middleware()])
 

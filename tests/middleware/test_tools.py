@@ -19,7 +19,11 @@ from mcp_cancellation import (
     cancelled,
     raise_if_cancelled,
 )
-from mcp_cancellation.tools import CancellationServerMiddleware, cancellable, cancelled_error
+from mcp_cancellation.integrations.mcp_sdk import (
+    CancellationServerMiddleware,
+    cancellable,
+    cancelled_error,
+)
 
 from ..support import UvicornThread, async_wait_until
 from .conftest import SSE_AND_JSON, ToolLog, call_body, cancel_body, final_message
@@ -138,7 +142,7 @@ async def test_fastmcp_tool_returning_normally_keeps_its_result(start: Start) ->
     """A tool that notices the cancellation but chooses to return keeps its result."""
     from fastmcp import FastMCP
 
-    from mcp_cancellation.tools import fastmcp_middleware
+    from mcp_cancellation.integrations.fastmcp import fastmcp_middleware
 
     log = ToolLog()
     server = FastMCP("fastmcp-result", middleware=[fastmcp_middleware()])

@@ -27,18 +27,21 @@ import functools
 import ipaddress
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import signals
+from .._extras import requires
 from ..errors import (
+    REQUEST_CANCELLED,
     CancellationLimitReached,
     ConfigurationError,
     InvalidRequestId,
     StorageUnavailable,
 )
 from ..registry import CancellationRegistry
-from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of
+from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_kind, scope_of
 from ..token import RequestToken
 
 if TYPE_CHECKING:
@@ -66,6 +69,9 @@ DISCONNECT_REASON = "client disconnected"
 _QUOTA_MESSAGE = "Too many outstanding cancellations; try again shortly."
 _STORAGE_MESSAGE = "Cancellation storage unavailable; try again shortly."
 _DISCONNECT: Message = {"type": "http.disconnect"}
+#: The JSON-RPC error code of a cancelled request, as it appears in a response body.
+_CANCELLED_CODE = str(REQUEST_CANCELLED).encode()
+_RESULT = b'"result"'
 #: Seconds before a tracked request the app itself does not watch gets a disconnect
 #: watcher (a task): shorter calls never pay for one. In JSON-response mode a disconnect
 #: is noticed at most this much later.
@@ -139,7 +145,8 @@ class CancellationMiddleware:
         self.max_body_bytes = max_body_bytes
         self._security: TransportSecurityMiddleware | None = None
         if transport_security is not None:
-            from mcp.server.transport_security import TransportSecurityMiddleware
+            with requires("mcp", "CancellationMiddleware(transport_security=...)"):
+                from mcp.server.transport_security import TransportSecurityMiddleware
 
             self._security = TransportSecurityMiddleware(transport_security)
         self._janitor_checked = False
@@ -160,7 +167,8 @@ class CancellationMiddleware:
         client address. Must be called before the app serves its first request. Options
         are validated here; returns the registry (created if not given).
         """
-        from starlette.middleware import Middleware
+        with requires("mcp", "CancellationMiddleware.install()"):
+            from starlette.middleware import Middleware
 
         registry = registry if registry is not None else CancellationRegistry()
         cls(app, registry=registry, **options)  # validate the options now, not at startup
@@ -412,6 +420,7 @@ class _Exchange:
     """
 
     __slots__ = (
+        "answer",
         "app_reading",
         "body",
         "caller",
@@ -448,6 +457,7 @@ class _Exchange:
         self.token = token
         self.caller = caller
         self.replayed = False
+        self.answer = ""  # "cancelled" (-32800) or "result", once cancelled
         self.response_done = False
         self.app_reading = False
         self.killed = False
@@ -470,11 +480,6 @@ class _Exchange:
             task = self.task
             if not self.killed or task is None or task.uncancel() > 0:
                 raise
-            logger.info(
-                "request %s cancelled %ss after its client disconnected",
-                self.token.request_id,
-                self.middleware.stream_cancel_timeout,
-            )
         finally:
             self.response_done = True  # nothing after this is a cancellation
             self.timer.cancel()
@@ -482,6 +487,32 @@ class _Exchange:
                 self.killer.cancel()
             if self.watcher is not None:
                 self.watcher.cancel()
+            if self.token.cancelled:
+                self._log_end()
+
+    def _log_end(self) -> None:
+        """The one log line of a cancelled request: who, why, and how its work ended."""
+        token = self.token
+        if self.killed:
+            outcome = "killed"
+        elif self.answer == "result" and not token.observed:
+            outcome = "completed anyway"
+        else:
+            # It answered -32800, its tool saw the cancellation, or its handler ended
+            # without an answer (the SDK cancels it when an SSE stream closes).
+            outcome = "stopped"
+        at = token.cancelled_at
+        after = (
+            "" if at is None else f" {max(0.0, time.monotonic() - at):.2f} s after the cancellation"
+        )
+        logger.info(
+            "cancelled request %r (scope kind %s, reason %r): %s%s",
+            token.request_id,
+            scope_kind(self.caller),
+            token.reason,
+            outcome,
+            after,
+        )
 
     def _start_watcher(self) -> None:
         if self.watcher is None and not self.app_reading and not self.response_done:
@@ -508,8 +539,16 @@ class _Exchange:
         return dict(_DISCONNECT)
 
     async def _send(self, message: Message) -> None:
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
-            self.response_done = True
+        if message["type"] == "http.response.body":
+            if self.token.cancelled and not self.answer:
+                # What the app answered once cancelled (only then: it costs a scan).
+                body = message.get("body", b"")
+                if _CANCELLED_CODE in body:
+                    self.answer = "cancelled"
+                elif _RESULT in body:
+                    self.answer = "result"
+            if not message.get("more_body", False):
+                self.response_done = True
         try:
             await self.send(message)
         except Exception:

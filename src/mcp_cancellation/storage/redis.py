@@ -52,16 +52,19 @@ import logging
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from redis import exceptions as redis_errors
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-
+from .._extras import requires
 from ..errors import ConfigurationError, StorageUnavailable
 from . import _redis_scripts as scripts
 from .base import AddResult, Limits, Storage, StorageStats
+
+with requires("redis", "RedisStorage"):
+    from redis import exceptions as redis_errors
+    from redis.asyncio import BlockingConnectionPool, Redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
 
 if TYPE_CHECKING:
     from redis.asyncio.client import PubSub
@@ -209,7 +212,7 @@ class RedisStorage(Storage):
         cleanup_batch: int = 1000,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
         **client_kwargs: Any,
-    ) -> RedisStorage:
+    ) -> Self:
         """Connect to ``redis://`` / ``rediss://`` / ``unix://`` *url*.
 
         Each command waits at most *socket_timeout* (*connect_timeout* to connect) and is

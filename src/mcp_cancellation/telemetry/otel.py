@@ -43,16 +43,20 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from blinker import ANY
-from opentelemetry import metrics, trace
-from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.trace import Status, StatusCode
 
 from .. import signals
 from ..__about__ import __version__
+from .._extras import requires
 from ..scope import SCOPE_KINDS, scope_kind
 from ..storage.base import StorageStats
 from ._guard import disconnect_all, never_raise
 from ._labels import ScopeLabeler
+
+with requires("otel", "The OpenTelemetry bridge (mcp_cancellation.telemetry.otel)"):
+    from opentelemetry import metrics, trace
+    from opentelemetry.metrics import CallbackOptions, Observation
+    from opentelemetry.trace import Status, StatusCode
+
 
 if TYPE_CHECKING:
     from ..registry import CancellationRegistry

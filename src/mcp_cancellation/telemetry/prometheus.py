@@ -49,15 +49,18 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Final
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import Collector
-
 from .. import signals
+from .._extras import requires
 from ..errors import ConfigurationError
 from ..scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ..storage.base import StorageStats
+
+with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter
+    from prometheus_client.core import GaugeMetricFamily, Metric
+    from prometheus_client.exposition import choose_encoder
+    from prometheus_client.registry import Collector
+
 from ._guard import disconnect_all, never_raise
 from ._heavy_hitters import SpaceSaving
 from ._labels import ScopeLabeler, resolve_key

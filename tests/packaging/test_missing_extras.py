@@ -1,0 +1,83 @@
+"""A module whose extra is missing says which extra to install (in a venv without any)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+#: (what the user imports, the extra it needs, the feature the message names)
+CASES = [
+    ("from mcp_cancellation import RedisStorage", "redis", "RedisStorage"),
+    ("import mcp_cancellation.storage.redis", "redis", "RedisStorage"),
+    ("from mcp_cancellation.storage import RedisStorage", "redis", "RedisStorage"),
+    ("import mcp_cancellation.telemetry.prometheus", "prometheus", "The Prometheus bridge"),
+    ("from mcp_cancellation.telemetry import metrics_app", "prometheus", "The Prometheus bridge"),
+    ("import mcp_cancellation.telemetry.otel", "otel", "The OpenTelemetry bridge"),
+    ("from mcp_cancellation.telemetry import instrument", "otel", "The OpenTelemetry bridge"),
+    ("import mcp_cancellation.integrations.mcp_sdk", "mcp", "integrations.mcp_sdk"),
+    ("import mcp_cancellation.integrations.fastmcp", "fastmcp", "integrations.fastmcp"),
+    ("import mcp_cancellation.demo", "mcp", "mcp-cancellation demo"),
+    ("import mcp_cancellation.simulate", "mcp", "mcp-cancellation simulate"),
+    ("import mcp_cancellation.client", "mcp", "mcp-cancellation client"),
+]
+
+
+def _run(python: Path, code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(python), "-W", "ignore::DeprecationWarning", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_core_works_without_any_extra(bare_venv: Path) -> None:
+    code = (
+        "import asyncio\n"
+        "from mcp_cancellation import CancellationRegistry, CancellationMiddleware\n"
+        "async def main():\n"
+        "    async with CancellationRegistry() as r:\n"
+        "        async with r.request(1, 'ip:1.2.3.4') as token:\n"
+        "            assert await r.cancel_in_flight(1, 'stop', 'ip:1.2.3.4')\n"
+        "            assert token.cancelled\n"
+        "asyncio.run(main())\n"
+        "print('ok')\n"
+    )
+    done = _run(bare_venv, code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize(("statement", "extra", "feature"), CASES)
+def test_a_missing_extra_names_what_to_install(
+    bare_venv: Path, statement: str, extra: str, feature: str
+) -> None:
+    code = (
+        "try:\n"
+        f"    {statement}\n"
+        "except ImportError as exc:\n"
+        "    print(type(exc).__name__, exc, sep='|')\n"
+        "else:\n"
+        "    print('imported')\n"
+    )
+    done = _run(bare_venv, code)
+    assert done.returncode == 0, done.stderr
+    kind, message = done.stdout.strip().split("|", 1)
+    assert kind == "MissingExtra"  # an ImportError subclass
+    assert f"needs the {extra} extra: pip install 'mcp-cancellation[{extra}]'" in message
+    assert feature in message
+
+
+def test_the_command_names_the_extra_of_a_subcommand(bare_venv: Path) -> None:
+    command = bare_venv.parent / "mcp-cancellation"
+    done = subprocess.run(
+        [str(command), "demo"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert "needs the mcp extra: pip install 'mcp-cancellation[mcp]'" in done.stderr
+    help_text = subprocess.run(
+        [str(command), "--help"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "demo" in help_text.stdout
