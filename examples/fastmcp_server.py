@@ -1,6 +1,7 @@
 """The same cancellable server with FastMCP.
 
-Run:  python examples/fastmcp_server.py      (then: python examples/client_cancel.py)
+Run:  python examples/fastmcp_server.py
+(then: ./dev client, or python examples/client_cancel.py)
 
 FastMCP turns every exception a tool raises into an error *result*, so the conversion to
 JSON-RPC ``-32800`` is done by ``fastmcp_middleware()`` in FastMCP's middleware chain.
@@ -10,13 +11,16 @@ authentication middleware, so that an authenticated user is the cancellation sco
 
 from __future__ import annotations
 
+import argparse
+import logging
+
 import anyio
 import uvicorn
 from fastmcp import Context, FastMCP
 from starlette.middleware import Middleware
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
-from mcp_cancellation.tools import fastmcp_middleware
+from mcp_cancellation.integrations.fastmcp import fastmcp_middleware
 
 mcp = FastMCP("cancellable-fastmcp-server", middleware=[fastmcp_middleware()])
 
@@ -40,4 +44,15 @@ app = mcp.http_app(
 )
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=8000)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+    # One INFO line per cancelled call (scope kind, id, reason, how it ended), from the
+    # middleware's logger, on a plain handler of its own (the SDK styles the root one).
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    package_logger = logging.getLogger("mcp_cancellation")
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.INFO)
+    package_logger.propagate = False
+    uvicorn.run(app, host="127.0.0.1", port=args.port)

@@ -1,6 +1,7 @@
 """A stateless MCP server (the ``mcp`` SDK's ``MCPServer``) whose tool calls can be cancelled.
 
-Run:  python examples/sdk_server.py      (then: python examples/client_cancel.py)
+Run:  python examples/sdk_server.py
+(then: ./dev client, or python examples/client_cancel.py)
 
 ``CancellationMiddleware`` wraps the SDK's Starlette app; ``@cancellable`` makes a tool
 that stops on :func:`raise_if_cancelled` answer JSON-RPC ``-32800 Request cancelled``.
@@ -8,12 +9,15 @@ that stops on :func:`raise_if_cancelled` answer JSON-RPC ``-32800 Request cancel
 
 from __future__ import annotations
 
+import argparse
+import logging
+
 import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
-from mcp_cancellation.tools import cancellable
+from mcp_cancellation.integrations.mcp_sdk import cancellable
 
 server = MCPServer("cancellable-sdk-server")
 
@@ -38,4 +42,15 @@ app = CancellationMiddleware(
 )
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=8000)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+    # One INFO line per cancelled call (scope kind, id, reason, how it ended), from the
+    # middleware's logger, on a plain handler of its own (the SDK styles the root one).
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    package_logger = logging.getLogger("mcp_cancellation")
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.INFO)
+    package_logger.propagate = False
+    uvicorn.run(app, host="127.0.0.1", port=args.port)

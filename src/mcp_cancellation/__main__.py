@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module, which registers its arguments through
 ``add_parser(subparsers)`` and runs through ``run(args) -> int``; modules are imported only
-when listed here, so the core install does not need the ``mcp`` extra to print ``--help``.
+when listed here, so the core install does not need the ``mcp`` extra to print ``--help``;
+a subcommand whose extra is missing says which to install.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .__about__ import __version__
 #: subcommand -> module (relative to this package) holding add_parser() and run().
 SUBCOMMANDS = {
     "demo": ".demo",
+    "client": ".client",
     "simulate": ".simulate",
 }
 
@@ -44,9 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     missing = getattr(args, "_missing", None)
     if missing is not None:
-        parser.error(
-            f"{args.command} needs the 'mcp' extra: pip install 'mcp-cancellation[mcp]' ({missing})"
-        )
+        parser.error(missing)  # e.g. "... needs the mcp extra: pip install ..."
     result: int = args.run(args)
     return result
 

@@ -16,28 +16,34 @@ A stateless Streamable HTTP server built with the ``mcp`` SDK's ``MCPServer``, b
 ``whoami()``
     the cancellation scope the server derived for the caller.
 
-Every recorded cancellation is logged as it happens (a ``request.cancelled`` receiver).
+Every cancelled request is logged in one INFO line when it ends (by the middleware: scope
+kind, id, reason, and whether the tool stopped, was killed or completed anyway).
 :func:`build_demo_app` returns the ASGI app, for tests and other programs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.transport_security import TransportSecuritySettings
-
-from . import signals
+from ._extras import requires
 from .context import current_token, raise_if_cancelled
 from .errors import ConfigurationError
 from .integrations.asgi import ASGIApp, CancellationMiddleware, Message, Receive, Scope, Send
 from .registry import CancellationRegistry
-from .tools import cancellable
+
+with requires("mcp", "mcp-cancellation demo"):
+    import anyio
+    from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    from .integrations.mcp_sdk import cancellable
 
 __all__ = ["add_parser", "build_demo_app", "build_demo_server", "run"]
 
@@ -172,17 +178,18 @@ def loopback_transport_security(host: str) -> TransportSecuritySettings | None:
     )
 
 
-def _log_cancellation(sender: Any, **kwargs: Any) -> None:
-    logger.info(
-        "cancelled request %s in scope %s (via %s): %s",
-        kwargs.get("request_id"),
-        kwargs.get("scope"),
-        kwargs.get("method") or "library call",
-        kwargs.get("reason") or "no reason given",
-    )
+def client_command(url: str) -> str:
+    """A command that runs ``mcp-cancellation client`` against *url*, as printed by the
+    demo: ``./dev client`` from a checkout (``./dev demo`` says so through
+    ``MCP_CANCELLATION_CLIENT_COMMAND``), else this interpreter's module, which works
+    in any environment the demo itself runs in."""
+    command = os.environ.get("MCP_CANCELLATION_CLIENT_COMMAND", "").strip()
+    if not command:
+        command = f"{shlex.quote(sys.executable)} -m mcp_cancellation client"
+    return f"{command} --url {url}"
 
 
-def _instructions(host: str, port: int, json_response: bool) -> str:
+def _instructions(host: str, port: int, json_response: bool, *, metrics: bool = True) -> str:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     if ":" in shown:
         shown = f"[{shown}]"
@@ -197,11 +204,17 @@ def _instructions(host: str, port: int, json_response: bool) -> str:
         '"params":{"requestId":1,"reason":"changed my mind"}}'
     )
     mode = "JSON responses" if json_response else "SSE responses"
+    if metrics:
+        metrics_line = f"  metrics       http://{shown}:{port}/metrics\n"
+    else:
+        metrics_line = (
+            "  metrics       none: pip install 'mcp-cancellation[prometheus]' for /metrics\n"
+        )
+    answer = "its JSON body is" if json_response else "its stream ends with"
     return f"""
 mcp-cancellation demo: stateless Streamable HTTP MCP server ({mode})
   MCP endpoint  {url}
-  metrics       http://{shown}:{port}/metrics
-  tools         slow_count(seconds), stubborn_sleep(seconds), echo(text), whoami()
+{metrics_line}  tools         slow_count(seconds), stubborn_sleep(seconds), echo(text), whoami()
 
 1. Start a 30-second call (terminal A):
      curl -N {url} {headers} \\
@@ -210,13 +223,15 @@ mcp-cancellation demo: stateless Streamable HTTP MCP server ({mode})
 2. Cancel it from another request of the same caller (terminal B):
      curl -i {url} {headers} \\
        -d '{cancel}'
-   Terminal A gets {{"code":-32800,"message":"Request cancelled"}} within a poll interval
-   and this log shows the cancellation. Only the same caller (here: the same IP address)
-   can cancel it; anyone else's notification is ignored.
+   Terminal B gets 202; in terminal A {answer}
+   {{"code":-32800,"message":"Request cancelled",...}} within a poll interval, and this
+   log shows one line for the cancellation. Only the same caller (here: the same IP
+   address) can cancel it; anyone else's notification is ignored.
 
 3. Or press Ctrl-C in terminal A: a disconnect cancels the call too.
 
-Or let the Python client do both:  python examples/client_cancel.py --url {url}
+Or let the Python client do all three:
+     {client_command(url)}
 """
 
 
@@ -285,10 +300,11 @@ def run(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         print(f"mcp-cancellation demo: {exc}", file=sys.stderr)
         return 2
-    signals.request_cancelled.connect(_log_cancellation, sender=registry, weak=False)
-    print(_instructions(args.host, args.port, args.json_response), flush=True)
+    metrics = isinstance(app, _Router) and app.metrics is not None
+    print(_instructions(args.host, args.port, args.json_response, metrics=metrics), flush=True)
     print(f"registry: {registry!r}\n", flush=True)
-    try:
+    # (uvicorn handles SIGINT itself; a KeyboardInterrupt past it ends the demo quietly)
+    with contextlib.suppress(KeyboardInterrupt):
         # proxy_headers=False: uvicorn would otherwise rewrite the client address from
         # X-Forwarded-For itself (it trusts 127.0.0.1 by default); --trusted-proxy decides.
         uvicorn.run(
@@ -302,8 +318,4 @@ def run(args: argparse.Namespace) -> int:
             # SIGTERM or Ctrl-C hostage: give them 5 s, then uvicorn cancels them.
             timeout_graceful_shutdown=5,
         )
-    except KeyboardInterrupt:  # pragma: no cover - uvicorn handles SIGINT itself
-        pass
-    finally:
-        signals.request_cancelled.disconnect(_log_cancellation, sender=registry)
     return 0

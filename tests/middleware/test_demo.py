@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import anyio
@@ -11,11 +12,11 @@ import pytest
 from mcp import Client
 
 from mcp_cancellation import CancellationRegistry, MemoryStorage
-from mcp_cancellation import signals as sig
 from mcp_cancellation.__main__ import build_parser
-from mcp_cancellation.demo import _instructions, _log_cancellation, build_demo_app
+from mcp_cancellation.__main__ import main as command_main
+from mcp_cancellation.demo import _instructions, build_demo_app, client_command
 
-from ..support import UvicornThread, async_wait_until
+from ..support import UvicornThread, async_wait_until, wait_until
 from .conftest import SSE_AND_JSON, cancel_body, final_message, jsonrpc_messages
 
 pytestmark = pytest.mark.e2e
@@ -50,12 +51,64 @@ def test_bad_trusted_proxy_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "invalid trusted proxy" in capsys.readouterr().err
 
 
-def test_instructions_name_the_endpoint_and_both_ways_to_cancel() -> None:
+def test_instructions_name_the_endpoint_and_both_ways_to_cancel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MCP_CANCELLATION_CLIENT_COMMAND", raising=False)
     text = _instructions("0.0.0.0", 8123, False)
     assert "http://127.0.0.1:8123/mcp" in text
     assert "notifications/cancelled" in text
     assert "Ctrl-C" in text
-    assert "examples/client_cancel.py" in text
+    assert "http://127.0.0.1:8123/metrics" in text
+    # The client command runs as printed: this interpreter, which has the package.
+    assert f"{sys.executable} -m mcp_cancellation client --url http://127.0.0.1:8123/mcp" in text
+
+
+def test_instructions_advertise_metrics_only_when_served() -> None:
+    text = _instructions("127.0.0.1", 8123, False, metrics=False)
+    assert "http://127.0.0.1:8123/metrics" not in text
+    assert "pip install 'mcp-cancellation[prometheus]'" in text
+
+
+def test_dev_demo_prints_its_own_client_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_CANCELLATION_CLIENT_COMMAND", "./dev client")
+    assert client_command("http://127.0.0.1:8000/mcp") == (
+        "./dev client --url http://127.0.0.1:8000/mcp"
+    )
+
+
+@pytest.mark.parametrize(
+    "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
+)
+def test_the_printed_client_command_cancels_three_ways(
+    json_response: bool, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``mcp-cancellation client`` against the demo, in both response modes: each of its
+    three calls is cancelled and stops, and the server logs one line for each."""
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    app = build_demo_app(registry, json_response=json_response, poll_interval=0.02)
+    with (
+        caplog.at_level(logging.INFO, logger="mcp_cancellation"),
+        UvicornThread(app, proxy_headers=False) as server,
+    ):
+        assert command_main(["client", "--url", server.url + "/mcp", "--after", "0.5"]) == 0
+        # One line per cancelled call, written when its handler ended.
+        wait_until(lambda: len(_cancellation_lines(caplog)) >= 3, timeout=10)
+    out = capsys.readouterr().out
+    assert "tools/call answered error {'code': -32800" in out
+    assert "notifications/cancelled answered HTTP 202" in out
+    lines = _cancellation_lines(caplog)
+    assert len(lines) == 3, lines
+    assert all("(scope kind ip, " in line and ": stopped " in line for line in lines), lines
+    assert (
+        "cancelled request 'demo-1' (scope kind ip, reason 'mcp-cancellation client" in (lines[0])
+    )
+
+
+def _cancellation_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("cancelled request")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -66,7 +119,6 @@ async def test_printed_recipe_cancels_slow_count(
 ) -> None:
     registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
     app = build_demo_app(registry, json_response=json_response, poll_interval=0.02)
-    sig.request_cancelled.connect(_log_cancellation, sender=registry, weak=False)
     call = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -78,45 +130,51 @@ async def test_printed_recipe_cancels_slow_count(
         },
     }
     answers: list[httpx.Response] = []
-    try:
-        with (
-            caplog.at_level(logging.INFO, logger="mcp_cancellation.demo"),
-            UvicornThread(app, proxy_headers=False) as server,
-        ):
-            url = server.url + "/mcp"
-            async with httpx.AsyncClient(timeout=30) as http:
+    with (
+        caplog.at_level(logging.INFO, logger="mcp_cancellation"),
+        UvicornThread(app, proxy_headers=False) as server,
+    ):
+        url = server.url + "/mcp"
+        async with httpx.AsyncClient(timeout=30) as http:
 
-                async def start() -> None:
-                    answers.append(await http.post(url, json=call, headers=SSE_AND_JSON))
+            async def start() -> None:
+                answers.append(await http.post(url, json=call, headers=SSE_AND_JSON))
 
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(start)
-                    await async_wait_until(
-                        lambda: registry.storage.stats_nowait().total_in_flight == 1,  # type: ignore[attr-defined]
-                    )
-                    cancel = await http.post(
-                        url, json=cancel_body(1, "changed my mind"), headers=SSE_AND_JSON
-                    )
-                    assert cancel.status_code == 202
-                metrics = await http.get(server.url + "/metrics")
-                async with Client(url, mode="legacy") as client:
-                    whoami = await client.call_tool("whoami", {})
-                    echo = await client.call_tool("echo", {"text": "hello"})
-    finally:
-        sig.request_cancelled.disconnect(_log_cancellation, sender=registry)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(start)
+                await async_wait_until(
+                    lambda: registry.storage.stats_nowait().total_in_flight == 1,  # type: ignore[attr-defined]
+                )
+                cancel = await http.post(
+                    url, json=cancel_body(1, "changed my mind"), headers=SSE_AND_JSON
+                )
+                assert cancel.status_code == 202
+            metrics = await http.get(server.url + "/metrics")
+            async with Client(url, mode="legacy") as client:
+                whoami = await client.call_tool("whoami", {})
+                echo = await client.call_tool("echo", {"text": "hello"})
     answer = final_message(answers[0])
     assert answer["error"]["code"] == -32800
     assert answer["error"]["data"] == {"reason": "changed my mind"}
     others = [m for m in jsonrpc_messages(answers[0]) if "id" not in m]
     assert all(m["method"] == "notifications/progress" for m in others)
-    assert "cancelled request 1 in scope ip:127.0.0.1 (via notifications/cancelled)" in caplog.text
+    # One log line for the cancellation, once the call's handler ended.
+    await async_wait_until(lambda: len(_cancellation_lines(caplog)) == 1)
+    (line,) = _cancellation_lines(caplog)
+    assert line.startswith(
+        "cancelled request '1' (scope kind ip, reason 'changed my mind'): stopped "
+    ), line
     assert metrics.status_code == 200
     assert 'mcp_cancellation_cancelled_total{scope_kind="ip"} 1.0' in metrics.text
     assert _text(whoami) == "ip:127.0.0.1"
     assert _text(echo) == "hello"
-    final = registry.storage.stats_nowait()  # type: ignore[attr-defined]
-    assert final.total_rows == 0
-    assert final.total_in_flight == 0
+
+    # Answers can arrive before their handlers released their rows: wait for the release.
+    def empty() -> bool:
+        final = registry.storage.stats_nowait()  # type: ignore[attr-defined]
+        return bool(final.total_rows == 0 and final.total_in_flight == 0)
+
+    await async_wait_until(empty, within=10)
 
 
 def _text(result: Any) -> str:
