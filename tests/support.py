@@ -20,8 +20,11 @@ from typing import Any, ClassVar
 
 import uvicorn
 
+from mcp_cancellation import CancellationRegistry, StorageStats
+
 __all__ = [
     "RedisServer",
+    "stats_now",
     "ServerLog",
     "UvicornThread",
     "free_port",
@@ -76,6 +79,13 @@ def server_log_tails() -> list[tuple[str, str]]:
     """``(title, tail)`` of every server log of the current test and of the session."""
     logs = [*ServerLog.current, *ServerLog.session]
     return [(f"log of {log.name} ({log.path})", log.tail() or "(empty)") for log in logs]
+
+
+def stats_now(registry: CancellationRegistry) -> StorageStats:
+    """The row counts of a registry whose storage answers without waiting (memory)."""
+    stats = registry.storage.stats_nowait()
+    assert stats is not None, f"{registry.storage!r} cannot be read without waiting"
+    return stats
 
 
 def free_port() -> int:

@@ -11,10 +11,8 @@ default, or a shared one such as :class:`~mcp_cancellation.RedisStorage`.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
-import threading
 import time
 import uuid
 from contextvars import Token
@@ -24,6 +22,7 @@ from typing import NamedTuple
 from . import signals
 from ._config import UNSET, _Unset, int_limit, seconds
 from ._ids import normalize_id
+from ._owners import Owner, Owners, current_owner_object
 from .context import _current
 from .errors import (
     CancellationLimitReached,
@@ -56,48 +55,6 @@ class CleanupResult(NamedTuple):
 
     removed: int
     in_flight_removed: int
-
-
-class _Owner:
-    """A request owner: the asyncio task or thread that tracked a request.
-
-    Held strongly, and only while the owner has rows in flight: a finished task or a dead
-    thread is then seen by :meth:`CancellationRegistry.cleanup`, which sweeps its rows.
-    """
-
-    __slots__ = ("id", "obj")
-
-    id: str
-    obj: object
-
-    def alive(self) -> bool:
-        obj = self.obj
-        if isinstance(obj, asyncio.Future):
-            # A task left pending on a closed loop (its thread gone) can never finish.
-            return not obj.done() and not obj.get_loop().is_closed()
-        if isinstance(obj, threading.Thread):
-            return obj.is_alive()
-        return True
-
-
-class _TrackOwner(_Owner):
-    """The owner behind :meth:`CancellationRegistry.track`: one per task or thread, kept
-    while it has rows in flight."""
-
-    __slots__ = ("keys",)
-
-    def __init__(self, owner_id: str, obj: object) -> None:
-        self.id = owner_id
-        self.obj = obj
-        self.keys: set[tuple[str, str]] = set()
-
-
-def _current_owner_object() -> object:
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no running loop: a plain thread
-        task = None
-    return task if task is not None else threading.current_thread()
 
 
 class CancellationRegistry:
@@ -139,14 +96,10 @@ class CancellationRegistry:
         self._storage: Storage = storage if storage is not None else _default_storage()
         self.instance_id = uuid.uuid4().hex[:12]
         self._storage.bind(self.instance_id)
-        self._owner_prefix = self.instance_id + ":"
-        self._counter = itertools.count(1)
-        self._lock = threading.Lock()
-        # Every live owner by id, for cleanup's liveness sweep. Plain dict operations are
-        # atomic under the GIL, so the request() hot path sets and pops without the lock.
-        self._owners: dict[str, _Owner] = {}
-        self._owner_of: dict[int, _TrackOwner] = {}  # id(task or thread) -> track() owner
-        self._memory = self._storage if type(self._storage) is MemoryStorage else None
+        self._owners = Owners(self.instance_id + ":")
+        # The storage's synchronous face, when it has one (see Storage): the hot paths
+        # then run without a coroutine per layer.
+        self._sync = self._storage if self._storage.synchronous else None
         self._janitor: asyncio.Task[None] | None = None
 
     # -- configuration -----------------------------------------------------------------
@@ -154,6 +107,11 @@ class CancellationRegistry:
     @property
     def storage(self) -> Storage:
         return self._storage
+
+    @property
+    def owners(self) -> Owners:
+        """The live request owners (tasks or threads with rows in flight)."""
+        return self._owners
 
     @property
     def limits(self) -> Limits:
@@ -182,9 +140,6 @@ class CancellationRegistry:
         )
 
     # -- cancellations -----------------------------------------------------------------
-
-    def _key(self, request_id: object, scope: str) -> str:
-        return normalize_id(request_id)
 
     def _prepare(self, request_id: object, reason: object, scope: str) -> tuple[str, str | None]:
         """Validate the id and sanitise the reason of a cancellation (signals a rejected
@@ -240,9 +195,9 @@ class CancellationRegistry:
         if request_id is None:
             return
         key, text = self._prepare(request_id, reason, scope)
-        memory = self._memory
-        if memory is not None:  # never waits: no coroutine per layer on the hot path
-            result = memory.add_nowait(scope, key, text, self._limits, False)
+        sync = self._sync
+        if sync is not None:  # never waits: no coroutine per layer on the hot path
+            result = sync.add_nowait(scope, key, text, self._limits, False)
         else:
             result = await self._storage.add(scope, key, text, limits=self._limits)
         self._report(result, key, scope, text, method)
@@ -264,9 +219,9 @@ class CancellationRegistry:
         if request_id is None:
             return False
         key, text = self._prepare(request_id, reason, scope)
-        memory = self._memory
-        if memory is not None:
-            result = memory.add_nowait(scope, key, text, self._limits, True)
+        sync = self._sync
+        if sync is not None:
+            result = sync.add_nowait(scope, key, text, self._limits, True)
         else:
             result = await self._storage.add(
                 scope, key, text, limits=self._limits, require_in_flight=True
@@ -277,36 +232,23 @@ class CancellationRegistry:
         """Whether a cancellation row exists for *request_id* in *scope*."""
         if request_id is None:
             return False
-        present, _ = await self._storage.get(scope, self._key(request_id, scope))
+        present, _ = await self._storage.get(scope, normalize_id(request_id))
         return present
 
     async def reason(self, request_id: object, scope: str = "global") -> str | None:
         """The sanitised reason of a recorded cancellation, or ``None``."""
         if request_id is None:
             return None
-        _, text = await self._storage.get(scope, self._key(request_id, scope))
+        _, text = await self._storage.get(scope, normalize_id(request_id))
         return text
 
     async def clear(self, request_id: object, scope: str = "global") -> None:
         """Remove the cancellation row of *request_id*; absent rows cost only a read."""
         if request_id is None:
             return
-        await self._storage.remove(scope, self._key(request_id, scope))
+        await self._storage.remove(scope, normalize_id(request_id))
 
     # -- in-flight requests ------------------------------------------------------------
-
-    def _owner_for_current(self) -> _TrackOwner:
-        obj = _current_owner_object()
-        with self._lock:
-            owner = self._owner_of.get(id(obj))
-            if owner is not None and owner.obj is obj:
-                return owner
-            # A stale entry (its task or thread is gone and its id was reused) stays in
-            # _owners so that cleanup sees it dead and sweeps its rows.
-            owner = _TrackOwner(self._owner_prefix + str(next(self._counter)), obj)
-            self._owners[owner.id] = owner
-            self._owner_of[id(obj)] = owner
-            return owner
 
     async def track(self, request_id: object, scope: str = "global") -> RequestToken:
         """Mark *request_id* in flight in *scope*, owned by the current task (or thread).
@@ -315,37 +257,29 @@ class CancellationRegistry:
         """
         if request_id is None:
             return RequestToken("", scope)
-        key = self._key(request_id, scope)
-        owner = self._owner_for_current()
+        key = normalize_id(request_id)
+        owner = self._owners.for_current()
         token = RequestToken(key, scope)
         await self._storage.track(scope, key, owner.id, token)
-        with self._lock:
-            owner.keys.add((scope, key))
+        self._owners.tracked(owner, (scope, key))
         return token
 
     async def untrack(self, request_id: object, scope: str = "global") -> None:
         """Remove the current task's (or thread's) in-flight row for *request_id* only."""
         if request_id is None:
             return
-        key = self._key(request_id, scope)
-        obj = _current_owner_object()
-        with self._lock:
-            owner = self._owner_of.get(id(obj))
-            if owner is None or owner.obj is not obj:
-                return
+        key = normalize_id(request_id)
+        owner = self._owners.current()
+        if owner is None:
+            return
         await self._storage.untrack(scope, key, owner.id)
-        with self._lock:
-            owner.keys.discard((scope, key))
-            if not owner.keys:
-                self._owners.pop(owner.id, None)
-                if self._owner_of.get(id(obj)) is owner:
-                    del self._owner_of[id(obj)]
+        self._owners.untracked(owner, (scope, key))
 
     async def in_flight(self, request_id: object, scope: str = "global") -> bool:
         """Whether any owner has *request_id* in flight in *scope*."""
         if request_id is None:
             return False
-        return await self._storage.is_tracked(scope, self._key(request_id, scope))
+        return await self._storage.is_tracked(scope, normalize_id(request_id))
 
     def request(self, request_id: object, scope: str = "global") -> RequestContext:
         """``async with registry.request(id, scope) as token``: track the request for the
@@ -355,9 +289,6 @@ class CancellationRegistry:
 
     # -- maintenance -------------------------------------------------------------------
 
-    def _dead_owners(self) -> list[_Owner]:
-        return [owner for owner in list(self._owners.values()) if not owner.alive()]
-
     async def cleanup(self, ttl: float | None = None) -> CleanupResult:
         """Remove cancellation rows older than *ttl* (``None``: the registry's ``ttl``,
         which may itself be ``None`` to expire nothing) and the in-flight rows of owners
@@ -365,13 +296,9 @@ class CancellationRegistry:
         limit = self._ttl if ttl is None else seconds("ttl", ttl, None, None)
         started = time.perf_counter()
         start_ns = time.time_ns()
-        dead = self._dead_owners()
+        dead = self._owners.dead()
         removed, in_flight_removed = await self._storage.cleanup(limit, [o.id for o in dead])
-        with self._lock:
-            for owner in dead:
-                self._owners.pop(owner.id, None)
-            for key in [k for k, o in self._owner_of.items() if not o.alive()]:
-                del self._owner_of[key]
+        self._owners.forget(dead)
         result = CleanupResult(removed, in_flight_removed)
         if signals.cancellation_cleanup.receivers:
             signals.cancellation_cleanup.send(
@@ -441,44 +368,47 @@ class CancellationRegistry:
         await self.aclose()
 
 
-class RequestContext(_Owner):
+class RequestContext(Owner):
     """The async context manager returned by :meth:`CancellationRegistry.request`.
 
-    It is its own owner record: one object per request on the hot path.
+    It is its own owner record: one object per request on the hot path. It works through
+    the registry's public :attr:`~CancellationRegistry.owners` and
+    :attr:`~CancellationRegistry.storage` only.
     """
 
-    __slots__ = ("_key", "_registry", "_reset", "_scope", "_token", "_tracked")
+    __slots__ = ("_key", "_owners", "_reset", "_scope", "_storage", "_token", "_tracked")
 
     def __init__(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
-        self._registry = registry
+        self._owners = registry.owners
+        self._storage = registry.storage
         self._scope = scope
         # Validate eagerly so a bad id fails before the block runs, writing nothing.
-        self._key = None if request_id is None else registry._key(request_id, scope)
+        self._key = None if request_id is None else normalize_id(request_id)
         self._token = RequestToken(self._key or "", scope)
         self._tracked = False
         self._reset: Token[RequestToken | None] | None = None
 
     async def __aenter__(self) -> RequestToken:
-        registry = self._registry
         token = self._token
         key = self._key
         if key is not None:
-            self.id = owner_id = registry._owner_prefix + str(next(registry._counter))
-            self.obj = _current_owner_object()
-            registry._owners[owner_id] = self
-            memory = registry._memory
+            owners = self._owners
+            storage = self._storage
+            self.id = owner_id = owners.new_id()
+            self.obj = current_owner_object()
+            owners.enter(self)
             try:
-                if memory is not None:
-                    memory.track_nowait(self._scope, key, owner_id, token)
+                if storage.synchronous:
+                    storage.track_nowait(self._scope, key, owner_id, token)
                 else:
-                    await registry._storage.track(self._scope, key, owner_id, token)
+                    await storage.track(self._scope, key, owner_id, token)
             except StorageUnavailable as exc:
                 # The request runs anyway, uncancellable through the storage until it comes
                 # back; finish() below still runs, so a storage that registered the token
                 # locally before failing releases it.
                 logger.warning("tracking request without the storage: %s", exc)
             except BaseException:
-                registry._owners.pop(owner_id, None)
+                owners.leave(owner_id)
                 raise
             self._tracked = True
         self._reset = _current.set(token)
@@ -496,19 +426,18 @@ class RequestContext(_Owner):
         if not self._tracked or self._key is None:
             return
         self._tracked = False
-        registry = self._registry
-        memory = registry._memory
+        storage = self._storage
         try:
-            if memory is not None:
-                memory.finish_nowait(self._scope, self._key, self.id)
+            if storage.synchronous:
+                storage.finish_nowait(self._scope, self._key, self.id)
             else:
                 # Storages complete finish() even if this task is cancelled meanwhile (the
                 # very case cancellation produces), so rows never wait for the janitor.
-                await registry._storage.finish(self._scope, self._key, self.id)
+                await storage.finish(self._scope, self._key, self.id)
         except StorageUnavailable as exc:
             # Never turn a finished request into an error: the rows expire with the TTL
             # and the worker heartbeat instead.
             logger.warning("could not release request rows: %s", exc)
         finally:
-            registry._owners.pop(self.id, None)
+            self._owners.leave(self.id)
             self.obj = None

@@ -24,7 +24,7 @@ from mcp_cancellation.scope import SESSION_KEY
 from mcp_cancellation.storage.base import AddResult, Limits
 from mcp_cancellation.token import RequestToken
 
-from ..support import UvicornThread, async_wait_until
+from ..support import UvicornThread, async_wait_until, stats_now
 from .conftest import (
     SSE_AND_JSON,
     Serve,
@@ -195,7 +195,7 @@ async def test_body_reinjected_exactly_and_response_streamed(body: dict[str, Any
     assert (inner.tokens[0] is not None) is tracked
     # The answer can arrive before the handler released its row: wait for the release.
     await async_wait_until(
-        lambda: registry.storage.stats_nowait().total_in_flight == 0,  # type: ignore[attr-defined]
+        lambda: stats_now(registry).total_in_flight == 0,
         within=10,
     )
 
@@ -417,7 +417,13 @@ async def test_quota_answers_32000(serve: Serve, http: httpx.AsyncClient) -> Non
 
 
 class FlakyStorage(MemoryStorage):
-    """A memory storage whose backend "goes away" on demand (fault injection)."""
+    """A memory storage whose backend "goes away" on demand (fault injection).
+
+    It fails through the async face only, so it declares itself not synchronous: the
+    registry then uses that face, as it does for any storage behind a server.
+    """
+
+    synchronous = False
 
     def __init__(self) -> None:
         super().__init__()

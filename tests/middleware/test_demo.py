@@ -16,7 +16,7 @@ from mcp_cancellation.__main__ import build_parser
 from mcp_cancellation.__main__ import main as command_main
 from mcp_cancellation.demo import _instructions, build_demo_app, client_command
 
-from ..support import UvicornThread, async_wait_until, wait_until
+from ..support import UvicornThread, async_wait_until, stats_now, wait_until
 from .conftest import SSE_AND_JSON, cancel_body, final_message, jsonrpc_messages
 
 pytestmark = pytest.mark.e2e
@@ -143,7 +143,7 @@ async def test_printed_recipe_cancels_slow_count(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(start)
                 await async_wait_until(
-                    lambda: registry.storage.stats_nowait().total_in_flight == 1,  # type: ignore[attr-defined]
+                    lambda: stats_now(registry).total_in_flight == 1,
                 )
                 cancel = await http.post(
                     url, json=cancel_body(1, "changed my mind"), headers=SSE_AND_JSON
@@ -171,7 +171,7 @@ async def test_printed_recipe_cancels_slow_count(
 
     # Answers can arrive before their handlers released their rows: wait for the release.
     def empty() -> bool:
-        final = registry.storage.stats_nowait()  # type: ignore[attr-defined]
+        final = stats_now(registry)
         return bool(final.total_rows == 0 and final.total_in_flight == 0)
 
     await async_wait_until(empty, within=10)

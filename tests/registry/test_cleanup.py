@@ -170,7 +170,7 @@ async def test_requests_that_ended_normally_leave_nothing_to_sweep(
     await asyncio.gather(*(serve(n % 5) for n in range(50)))
     assert await in_flight(registry) == {}
     assert await registry.cleanup() == CleanupResult(0, 0)
-    assert registry._owners == {}  # no per-owner bookkeeping left behind
+    assert len(registry.owners) == 0  # no per-owner bookkeeping left behind
 
 
 async def test_a_thread_that_died_is_swept(registry: CancellationRegistry) -> None:
@@ -228,7 +228,7 @@ async def test_a_thread_owner_without_an_event_loop_is_swept_once_dead() -> None
     await asyncio.to_thread(thread.join, 30)
     assert await registry.cleanup() == CleanupResult(0, 1)
     assert not await registry.in_flight(9, scope="s")
-    assert registry._owners == {}
+    assert len(registry.owners) == 0
 
 
 async def test_a_task_left_pending_on_a_closed_loop_is_swept() -> None:

@@ -23,7 +23,7 @@ from mcp_cancellation.demo import build_demo_app
 from mcp_cancellation.scope import SESSION_KEY
 from mcp_cancellation.telemetry import otel
 
-from ..support import UvicornThread, async_wait_until
+from ..support import UvicornThread, async_wait_until, stats_now
 from ._util import SESSION_ID, samples, value
 
 pytestmark = pytest.mark.e2e
@@ -90,9 +90,7 @@ async def test_cancel_over_http_is_traced_and_counted(
 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(run_call)
-                    await async_wait_until(
-                        lambda: registry.storage.stats_nowait().total_in_flight  # type: ignore[attr-defined]
-                    )
+                    await async_wait_until(lambda: stats_now(registry).total_in_flight)
                     answers["cancel"] = await http.post(
                         "/mcp", json=cancel, headers={**HEADERS, "x-label": "cancel"}
                     )

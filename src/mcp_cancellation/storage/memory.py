@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection
 from itertools import islice
 from typing import TYPE_CHECKING
 
+from ._in_flight import InFlightTokens
 from .base import AddResult, Limits, Storage, StorageStats
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class MemoryStorage(Storage):
     """Rows in this process's memory: fast, and invisible to other workers."""
 
     name = "memory"
+    synchronous = True
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -52,7 +54,7 @@ class MemoryStorage(Storage):
         # re-looks-up every key, and churn makes those lookups long).
         self._rows: dict[str, dict[str, _Row]] = {}
         self._total = 0
-        self._in_flight: dict[tuple[str, str], dict[str, RequestToken]] = {}
+        self._in_flight = InFlightTokens()
         # Rows the cap evicted, awaiting release (see _evict).
         self._graveyard: list[dict[str, _Row] | list[tuple[str, _Row]]] = []
 
@@ -68,7 +70,7 @@ class MemoryStorage(Storage):
     ) -> AddResult:
         """Synchronous :meth:`add` (the memory storage never waits)."""
         with self._lock:
-            owners = self._in_flight.get((scope, key))
+            owners = self._in_flight.owners(scope, key)
             if require_in_flight and not owners:
                 return _NOT_IN_FLIGHT
             rows = self._rows.get(scope)
@@ -204,11 +206,7 @@ class MemoryStorage(Storage):
     def track_nowait(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
         """Synchronous :meth:`track`."""
         with self._lock:
-            owners = self._in_flight.get((scope, key))
-            if owners is None:
-                self._in_flight[(scope, key)] = {owner: token}
-            else:
-                owners[owner] = token
+            self._in_flight.add(scope, key, owner, token)
             rows = self._rows.get(scope)
             if rows is not None and key in rows:
                 token.set_cancelled(rows[key][1])
@@ -219,9 +217,7 @@ class MemoryStorage(Storage):
     def untrack_nowait(self, scope: str, key: str, owner: str) -> None:
         """Synchronous :meth:`untrack`."""
         with self._lock:
-            owners = self._in_flight.get((scope, key))
-            if owners is not None and owners.pop(owner, None) is not None and not owners:
-                del self._in_flight[(scope, key)]
+            self._in_flight.pop(scope, key, owner)
 
     async def untrack(self, scope: str, key: str, owner: str) -> None:
         self.untrack_nowait(scope, key, owner)
@@ -231,9 +227,7 @@ class MemoryStorage(Storage):
         (which untracking needs anyway); the clear itself is a read when nothing was
         cancelled."""
         with self._lock:
-            owners = self._in_flight.get((scope, key))
-            if owners is not None and owners.pop(owner, None) is not None and not owners:
-                del self._in_flight[(scope, key)]
+            self._in_flight.pop(scope, key, owner)
             rows = self._rows.get(scope)
             if rows is not None and rows.pop(key, None) is not None:
                 self._total -= 1
@@ -244,12 +238,12 @@ class MemoryStorage(Storage):
         self.finish_nowait(scope, key, owner)
 
     async def is_tracked(self, scope: str, key: str) -> bool:
-        return bool(self._in_flight.get((scope, key)))
+        return bool(self._in_flight.owners(scope, key))
 
     # -- maintenance -------------------------------------------------------------------
 
     async def cleanup(self, ttl: float | None, dead_owners: Collection[str]) -> tuple[int, int]:
-        removed = in_flight_removed = 0
+        removed = 0
         with self._lock:
             self._release()
             if ttl is not None:
@@ -269,24 +263,14 @@ class MemoryStorage(Storage):
                         self._rows[scope] = dict(islice(rows.items(), expired, None))
                     removed += expired
                 self._total -= removed
-            if dead_owners:
-                dead = set(dead_owners)
-                for pair in list(self._in_flight):
-                    owners = self._in_flight[pair]
-                    for owner in [o for o in owners if o in dead]:
-                        del owners[owner]
-                        in_flight_removed += 1
-                    if not owners:
-                        del self._in_flight[pair]
+            in_flight_removed = len(self._in_flight.sweep(set(dead_owners)))
         return removed, in_flight_removed
 
     def stats_nowait(self) -> StorageStats:
-        """Synchronous :meth:`stats`, for scrape-time collectors."""
+        """Synchronous :meth:`stats`: the memory storage always can."""
         with self._lock:
             rows = {scope: len(r) for scope, r in self._rows.items()}
-            in_flight: dict[str, int] = {}
-            for (scope, _), owners in self._in_flight.items():
-                in_flight[scope] = in_flight.get(scope, 0) + len(owners)
+            in_flight = self._in_flight.counts()
         return StorageStats(rows=rows, in_flight=in_flight)
 
     async def stats(self) -> StorageStats:

@@ -223,8 +223,7 @@ class OpenTelemetryBridge:
         registry = self._registry_ref() if self._registry_ref is not None else None
         if registry is None or not self._installed:
             return None
-        nowait = getattr(registry.storage, "stats_nowait", None)
-        return nowait() if nowait is not None else None
+        return registry.storage.stats_nowait()
 
     def _counts(self, table: str) -> Mapping[str, int] | None:
         """Rows (or in-flight rows) per scope, if installed and readable synchronously."""

@@ -495,10 +495,8 @@ class PrometheusBridge:
         registry = self._registry_ref()
         if registry is None:
             return None
-        nowait: Callable[[], StorageStats] | None = getattr(registry.storage, "stats_nowait", None)
-        if nowait is not None:
-            return nowait()
-        return self._snapshot
+        stats = registry.storage.stats_nowait()
+        return stats if stats is not None else self._snapshot
 
     def _collect_gauges(self) -> Iterator[Metric]:
         registry = self._registry_ref()
