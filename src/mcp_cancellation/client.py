@@ -88,20 +88,26 @@ async def raw_http(url: str, after: float) -> dict[str, Any] | None:
 
 async def with_client(url: str, after: float, mode: str) -> bool:
     """Steps 2 and 3: cancel ``call_tool`` after *after* seconds; whether it was cancelled."""
-    async with Client(url, mode=mode) as client:
-        with anyio.move_on_after(after) as scope:
-            await client.call_tool("slow_count", {"seconds": 30})
-        if scope.cancelled_caught:
-            if mode == LEGACY:
+    cancelled = False
+    try:
+        async with Client(url, mode=mode) as client:
+            with anyio.move_on_after(after) as scope:
+                await client.call_tool("slow_count", {"seconds": 30})
+            cancelled = scope.cancelled_caught
+            if not cancelled:
+                print("  the call completed before it could be cancelled")
+            elif mode == LEGACY:
                 print(f"  cancelled after {after} s: the client POSTed notifications/cancelled")
             else:
                 print(f"  cancelled after {after} s: the client closed the call's stream")
             # One more round trip before the session closes, so the client's last
             # messages are out before its connections go.
             await client.list_tools()
-        else:
-            print("  the call completed before it could be cancelled")
-        return scope.cancelled_caught
+    except* anyio.BrokenResourceError:
+        # The mcp client (2.3) can fail its own shutdown when the abandoned call's late
+        # answer (-32800) arrives just as the session closes; the cancellation was done.
+        pass
+    return cancelled
 
 
 async def main(url: str, after: float) -> int:
