@@ -1,0 +1,136 @@
+"""The home event loop of a Redis storage: where its calls run, how long they may take,
+and which errors mean "Redis cannot answer right now".
+
+A storage belongs to one loop, its *home*: the loop running when it is constructed, or
+else the first loop that uses it. Calls made from another thread's event loop are
+forwarded there (which must be running: otherwise they raise
+:class:`~mcp_cancellation.StorageUnavailable` within the timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from ..._extras import requires
+from ...errors import StorageUnavailable
+
+with requires("redis", "RedisStorage"):
+    from redis import exceptions as redis_errors
+
+__all__ = ["UNAVAILABLE", "HomeLoop", "reraise_cancellation"]
+
+T = TypeVar("T")
+
+#: Errors that mean "Redis cannot answer right now" (as opposed to a bug).
+UNAVAILABLE: tuple[type[BaseException], ...] = (
+    redis_errors.ConnectionError,  # includes BusyLoadingError, MaxConnectionsError
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,  # a replica promoted or demoted under us
+    redis_errors.OutOfMemoryError,  # maxmemory reached: degrade, do not fail requests
+    redis_errors.ClusterDownError,
+    redis_errors.TryAgainError,
+    TimeoutError,
+    OSError,
+)
+
+
+def reraise_cancellation() -> None:
+    """Re-raise a cancellation of the current task that a client library turned into an
+    ordinary error (so background loops stop when told to)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+class HomeLoop:
+    """Runs a storage's calls on its home loop, bounded by *timeout*, errors translated.
+
+    *on_call* runs on the home loop before each call (the storage starts its background
+    tasks there).
+    """
+
+    def __init__(self, timeout: float, on_call: Callable[[], None]) -> None:
+        self.timeout = timeout
+        self._on_call = on_call
+        self.loop: asyncio.AbstractEventLoop | None = None
+        with contextlib.suppress(RuntimeError):
+            self.loop = asyncio.get_running_loop()
+        self.closed = False
+
+    async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run *fn* on the home loop, bounded by the timeout, translating errors."""
+        loop = asyncio.get_running_loop()
+        if self.closed:
+            raise StorageUnavailable("the Redis storage is closed")
+        if self.loop is None:
+            self.loop = loop
+        if loop is not self.loop:
+            return await self._forward(fn)
+        self._on_call()
+        # redis-py can swallow a cancellation of the calling task (it retries the command,
+        # or turns the cancellation into a connection error): a request cancelled during a
+        # call must still stop, so a cancel requested meanwhile is re-raised here.
+        task = asyncio.current_task()
+        cancelling = task.cancelling() if task is not None else 0
+        try:
+            async with asyncio.timeout(self.timeout):
+                result = await fn()
+        except UNAVAILABLE as exc:
+            if task is not None and task.cancelling() > cancelling:
+                raise asyncio.CancelledError from exc
+            raise StorageUnavailable(f"Redis unavailable: {exc or type(exc).__name__}") from exc
+        if task is not None and task.cancelling() > cancelling:
+            raise asyncio.CancelledError
+        return result
+
+    async def _forward(self, fn: Callable[[], Awaitable[T]]) -> T:
+        home = self._running_home()
+
+        async def run() -> T:
+            return await self.call(fn)
+
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(run(), home)
+        try:
+            # Bounded too: the home loop might stop before it runs the call.
+            async with asyncio.timeout(self.timeout * 2):
+                return await asyncio.wrap_future(future)
+        except TimeoutError as exc:
+            future.cancel()
+            raise StorageUnavailable("the Redis storage's event loop did not answer") from exc
+
+    async def at_home(self, fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run a multi-step operation (cleanup, resync) on the home loop."""
+        loop = asyncio.get_running_loop()
+        if self.loop is None:
+            self.loop = loop
+        if loop is self.loop:
+            return await fn()
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
+            fn(), self._running_home()
+        )
+        return await asyncio.wrap_future(future)
+
+    def soon(self, callback: Callable[[], object]) -> None:
+        """Run *callback* on the home loop (now if this is it), unless it has closed."""
+        home = self.loop
+        if home is None or home.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if home is running:
+            callback()
+        else:
+            with contextlib.suppress(RuntimeError):  # the home loop just closed
+                home.call_soon_threadsafe(callback)
+
+    def _running_home(self) -> asyncio.AbstractEventLoop:
+        home = self.loop
+        if home is None or home.is_closed() or not home.is_running():
+            raise StorageUnavailable("the Redis storage's event loop is not running")
+        return home

@@ -1,0 +1,93 @@
+"""This worker's half of the Redis table: the tokens it flips, and the rows it still owes
+Redis a release for (the orphans). One lock, one owner of both."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING
+
+from .._in_flight import InFlightTokens, Row
+
+if TYPE_CHECKING:
+    from ...token import RequestToken
+
+__all__ = ["LocalRequests"]
+
+
+class LocalRequests:
+    """In-flight tokens of this worker, and *orphans*: rows whose untrack or finish did not
+    reach Redis (unavailable, or cancelled midway), released by the next resync or cleanup.
+
+    Safe from any thread.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tokens = InFlightTokens()
+        self._orphans: set[Row] = set()
+
+    # -- tokens ------------------------------------------------------------------------
+
+    def track(self, row: Row, token: RequestToken) -> None:
+        """Register *token* (and stop owing a release for that row)."""
+        scope, key, owner = row
+        with self._lock:
+            self._tokens.add(scope, key, owner, token)
+            self._orphans.discard(row)
+
+    def forget(self, row: Row) -> None:
+        with self._lock:
+            self._tokens.pop(*row)
+
+    def tokens(
+        self, scope: str, key: str, only: Collection[str] | None = None
+    ) -> list[RequestToken]:
+        with self._lock:
+            return self._tokens.tokens(scope, key, only)
+
+    def holds_others(self, scope: str, key: str) -> bool:
+        """Whether this worker tracks anything besides one owner of ``(scope, key)``."""
+        with self._lock:
+            owners = self._tokens.owners(scope, key)
+            return len(self._tokens) > 1 or (owners is not None and len(owners) > 1)
+
+    def snapshot(self) -> list[tuple[str, str, str, RequestToken]]:
+        """Every tracked row with its token, at one moment."""
+        with self._lock:
+            return list(self._tokens.rows())
+
+    def finished_since(self, snapshot: Iterable[tuple[str, str, str, RequestToken]]) -> list[Row]:
+        """Rows of *snapshot* no longer tracked here (their request ended meanwhile)."""
+        with self._lock:
+            return [
+                (scope, key, owner)
+                for scope, key, owner, _ in snapshot
+                if owner not in (self._tokens.owners(scope, key) or {})
+            ]
+
+    def sweep(self, dead: Collection[str]) -> list[Row]:
+        """Drop the rows of *dead* owners; the rows dropped."""
+        with self._lock:
+            return self._tokens.sweep(dead)
+
+    # -- orphans -----------------------------------------------------------------------
+
+    def orphan(self, rows: Iterable[Row]) -> None:
+        """Owe Redis a release of *rows*."""
+        with self._lock:
+            self._orphans.update(rows)
+
+    def orphans(self) -> list[Row]:
+        """The rows owed, sorted (a stable order for one script call)."""
+        with self._lock:
+            return sorted(self._orphans)
+
+    def released(self, rows: Iterable[Row]) -> None:
+        """*rows* were released in Redis."""
+        with self._lock:
+            self._orphans.difference_update(rows)
+
+    @property
+    def owes_releases(self) -> bool:
+        return bool(self._orphans)

@@ -1,0 +1,231 @@
+"""Push between workers: the listener that flips tokens when another worker records a
+cancellation, the heartbeat that keeps this worker's rows alive, and the resync that
+repairs both after a disconnect.
+
+* The listener subscribes to this worker's channel (``P c:<worker>``), pings a connection
+  that silently stopped answering and reconnects with exponential backoff.
+* The heartbeat refreshes ``P hb:<worker>`` every third of its TTL; when the key was
+  missing (Redis restarted, or the worker was cut off beyond the TTL), or after every
+  (re)subscription, it resynchronises.
+* The resync re-tracks this worker's local rows in one script and flips the tokens of
+  those cancelled meanwhile, so a message lost during a disconnect is not a lost
+  cancellation; it also releases the rows this worker owes Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...errors import StorageUnavailable
+from ._codec import decode_reason, split_netstrings, text, to_bytes
+from ._home import HomeLoop, reraise_cancellation
+from ._local import LocalRequests
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from redis.asyncio.client import PubSub
+
+__all__ = ["Push"]
+
+logger = logging.getLogger("mcp_cancellation.redis")
+
+#: Runs one of the storage's Lua scripts by name with the given arguments.
+RunScript = Callable[..., Awaitable[Any]]
+
+
+class Push:
+    """The background half of one worker's Redis storage (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        client: Redis,
+        home: HomeLoop,
+        prefix: bytes,
+        local: LocalRequests,
+        run_script: RunScript,
+        resync: Callable[[], Awaitable[int]],
+        heartbeat_ttl: float,
+        backoff: tuple[float, float],
+    ) -> None:
+        self.worker = ""  # set by the storage before the first call
+        self._client = client
+        self._home = home
+        self._prefix = prefix
+        self._local = local
+        self._run_script = run_script
+        self._resync_entry = resync  # the storage's public resync(), which calls resync()
+        self.heartbeat_ttl = heartbeat_ttl
+        self.heartbeat_ms = str(max(1, int(heartbeat_ttl * 1000)))
+        self._backoff = backoff
+        self._tasks: list[asyncio.Task[None]] = []
+        self._maintenance_lock: asyncio.Lock | None = None
+        self._resync_wanted = asyncio.Event()
+        self.subscribed = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return bool(self._tasks)
+
+    def start(self) -> None:
+        """Start the listener and the heartbeat on the running (home) loop."""
+        loop = asyncio.get_running_loop()
+        self._resync_wanted = asyncio.Event()
+        self._tasks = [
+            loop.create_task(self._listen(), name=f"mcp-cancellation-redis-listen-{self.worker}"),
+            loop.create_task(
+                self._heartbeat(), name=f"mcp-cancellation-redis-heartbeat-{self.worker}"
+            ),
+        ]
+
+    async def stop(self) -> None:
+        """Stop both loops (redis-py may turn a cancellation into a connection error: the
+        loops also stop on the home loop's closed flag, and are cancelled until done)."""
+        tasks, self._tasks = self._tasks, []
+        while tasks:
+            for task in tasks:
+                task.cancel()
+            _, pending = await asyncio.wait(tasks, timeout=0.1)
+            tasks = list(pending)
+
+    def maintenance(self) -> asyncio.Lock:
+        """Serialises cleanup and resync, which both release owed rows (on the home loop,
+        so one lock suffices); otherwise one could release rows the other then counts."""
+        if self._maintenance_lock is None:
+            self._maintenance_lock = asyncio.Lock()
+        return self._maintenance_lock
+
+    def want_resync(self) -> None:
+        """Ask the heartbeat for a resync (from any thread)."""
+        self._home.soon(self._resync_wanted.set)
+
+    # -- listener ----------------------------------------------------------------------
+
+    def deliver(self, data: bytes | str) -> None:
+        """Flip the tokens named by one pushed message."""
+        try:
+            fields = split_netstrings(to_bytes(data))
+            scope, key, reason = text(fields[0]), text(fields[1]), decode_reason(fields[2])
+        except (ValueError, IndexError):
+            logger.warning("ignoring a malformed cancellation message")
+            return
+        owners = {text(owner) for owner in fields[3:]}
+        for token in self._local.tokens(scope, key, owners):
+            token.set_cancelled(reason)
+
+    async def _listen(self) -> None:
+        channel = self._prefix + b"c:" + to_bytes(self.worker)
+        delay = self._backoff[0]
+        timeout = self._home.timeout
+        # A connection that silently died (a partition, no RST) never errors: ping it and
+        # reconnect when nothing, not even the pong, came back in time.
+        ping_every = min(self.heartbeat_ttl / 3, 10.0)
+        loop = asyncio.get_running_loop()
+        while not self._home.closed:
+            pubsub: PubSub = self._client.pubsub()
+            try:
+                async with asyncio.timeout(timeout):
+                    await pubsub.subscribe(channel)
+                last_seen = next_ping = loop.time()
+                while True:
+                    message = await pubsub.get_message(timeout=min(1.0, ping_every))
+                    reraise_cancellation()  # redis-py may swallow a cancellation
+                    now = loop.time()
+                    if now >= next_ping:
+                        next_ping = now + ping_every
+                        async with asyncio.timeout(timeout):
+                            await pubsub.ping()
+                    if message is None:
+                        if now - last_seen > ping_every + timeout:
+                            raise TimeoutError("no answer on the pub/sub connection")
+                        continue
+                    last_seen = now
+                    kind = text(message["type"])
+                    if kind == "subscribe":
+                        self.subscribed = True
+                        delay = self._backoff[0]
+                        self._resync_wanted.set()  # messages may have been missed
+                    elif kind == "message":
+                        self.deliver(message["data"])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure: reconnect with backoff, never die
+                reraise_cancellation()
+                if self.subscribed:
+                    logger.warning("Redis pub/sub connection lost: %s", exc)
+                self.subscribed = False
+            finally:
+                self.subscribed = False
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(timeout):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self._backoff[1])
+
+    # -- heartbeat ---------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        interval = self.heartbeat_ttl / 3
+        heartbeat_key = self._prefix + b"hb:" + to_bytes(self.worker)
+        while not self._home.closed:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._resync_wanted.wait()
+            reraise_cancellation()
+            wanted = self._resync_wanted.is_set()
+            self._resync_wanted.clear()
+            try:
+                previous = await self._home.call(
+                    lambda: self._client.set(
+                        heartbeat_key, b"1", px=int(self.heartbeat_ms), get=True
+                    )
+                )
+                if wanted or previous is None or self._local.owes_releases:
+                    await self._resync_entry()
+            except StorageUnavailable as exc:
+                reraise_cancellation()
+                logger.debug("heartbeat failed: %s", exc)
+                if wanted:
+                    self._resync_wanted.set()
+                    await asyncio.sleep(min(self._backoff[1], interval))
+            except Exception:
+                reraise_cancellation()
+                logger.exception("Redis heartbeat failed")
+
+    # -- resync ------------------------------------------------------------------------
+
+    async def resync(self) -> int:
+        """Re-track this worker's rows in Redis and flip the tokens of those cancelled
+        meanwhile (one round trip); release owed rows. Returns the tokens flipped."""
+        return await self._home.at_home(self._resync)
+
+    async def _resync(self) -> int:
+        async with self.maintenance():
+            snapshot = self._local.snapshot()
+            orphans = self._local.orphans()
+            args: list[bytes | str | int] = [self.worker, self.heartbeat_ms, str(len(snapshot))]
+            for scope, key, owner, _ in snapshot:
+                args += [to_bytes(scope), to_bytes(key), to_bytes(owner)]
+            for scope, key, owner in orphans:
+                args += [to_bytes(scope), to_bytes(key), to_bytes(owner)]
+            reasons: Sequence[Any] = await self._home.call(
+                lambda: self._run_script("RESYNC", *args)
+            )
+            self._local.released(orphans)
+            # Requests that finished while the script ran: it may have re-tracked them.
+            gone = self._local.finished_since(snapshot)
+            self._local.orphan(gone)
+            flipped = 0
+            for (_, _, _, token), value in zip(snapshot, reasons, strict=False):
+                if value is not None and not token.cancelled:
+                    token.set_cancelled(decode_reason(value))
+                    flipped += 1
+            if gone:
+                self._resync_wanted.set()
+            return flipped

@@ -1,0 +1,370 @@
+"""``RedisStorage``: the registry's operations on the shared table, one script each.
+
+The package docstring (:mod:`mcp_cancellation.storage.redis`) describes the design; the
+key layout and the scripts are in :mod:`._scripts`, the background push in :mod:`._push`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import uuid
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Self
+
+from ..._extras import requires
+from ...errors import ConfigurationError, StorageUnavailable
+from .._in_flight import Row
+from ..base import AddResult, Limits, Storage, StorageStats
+from . import _scripts as scripts
+from ._codec import decode_reason, encode_reason, member, text, to_bytes
+from ._home import HomeLoop
+from ._local import LocalRequests
+from ._push import Push
+
+with requires("redis", "RedisStorage"):
+    from redis.asyncio import BlockingConnectionPool, Redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+if TYPE_CHECKING:
+    from redis.commands.core import AsyncScript
+
+    from ...token import RequestToken
+
+__all__ = ["DEFAULT_PREFIX", "RedisStorage"]
+
+DEFAULT_PREFIX = "mcp-cancellation"
+_SCRIPTS = ("ADD", "TRACK", "UNTRACK", "REMOVE", "FINISH", "RESYNC", "CLEANUP")
+
+
+class RedisStorage(Storage):
+    """Rows in Redis, shared by every worker and node that uses the same prefix.
+
+    *client* is a ``redis.asyncio.Redis`` client (prefer ``decode_responses=False`` and
+    bounded ``socket_timeout`` / ``socket_connect_timeout``); :meth:`from_url` builds one
+    with sensible bounds. *timeout* caps every storage call, retries included.
+    *heartbeat_ttl* is how long a silent worker keeps its in-flight rows.
+    """
+
+    name = "redis"
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        timeout: float = 5.0,
+        heartbeat_ttl: float = 30.0,
+        cleanup_batch: int = 1000,
+        reconnect_backoff: tuple[float, float] = (0.05, 2.0),
+        close_client: bool = False,
+    ) -> None:
+        if not prefix or "{" in prefix or "}" in prefix:
+            raise ConfigurationError("prefix must be non-empty and contain no '{' or '}'")
+        if timeout <= 0 or heartbeat_ttl <= 0 or cleanup_batch < 1:
+            raise ConfigurationError("timeout, heartbeat_ttl and cleanup_batch must be > 0")
+        self._redis = client
+        self.prefix = prefix
+        self._prefix = to_bytes("{" + prefix + "}:")
+        self._routing_key = self._prefix + b"scopes"
+        self.timeout = timeout
+        self.heartbeat_ttl = heartbeat_ttl
+        self._cleanup_batch = cleanup_batch
+        self._close_client = close_client
+        self._bound = False
+        self._used = False  # once a call was made, the worker id is fixed
+        self._scripts: dict[str, AsyncScript] = {
+            name: client.register_script(getattr(scripts, name)) for name in _SCRIPTS
+        }
+        self._local = LocalRequests()
+        self._pending: set[asyncio.Future[Any]] = set()
+        self._home = HomeLoop(timeout, self._on_call)
+        self._push = Push(
+            client=client,
+            home=self._home,
+            prefix=self._prefix,
+            local=self._local,
+            run_script=self._script,
+            resync=self.resync,
+            heartbeat_ttl=heartbeat_ttl,
+            backoff=reconnect_backoff,
+        )
+        self._push.worker = uuid.uuid4().hex[:12]
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        socket_timeout: float = 2.0,
+        connect_timeout: float = 2.0,
+        timeout: float = 5.0,
+        heartbeat_ttl: float = 30.0,
+        retries: int = 1,
+        max_connections: int = 50,
+        cleanup_batch: int = 1000,
+        reconnect_backoff: tuple[float, float] = (0.05, 2.0),
+        **client_kwargs: Any,
+    ) -> Self:
+        """Connect to ``redis://`` / ``rediss://`` / ``unix://`` *url*.
+
+        Each command waits at most *socket_timeout* (*connect_timeout* to connect) and is
+        retried *retries* times at once (which also heals a pooled connection that the
+        server closed); *timeout* caps the whole call, including the wait for one of the
+        pool's *max_connections* (plus the pub/sub connection). Extra keyword arguments go
+        to ``redis.asyncio.BlockingConnectionPool.from_url``. The client is closed by
+        :meth:`aclose`.
+        """
+        # A blocking pool: a burst waits for one of max_connections (within the timeout)
+        # instead of opening connections without bound.
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=timeout,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=connect_timeout,
+            retry=Retry(NoBackoff(), retries),
+            decode_responses=False,
+            **client_kwargs,
+        )
+        return cls(
+            Redis.from_pool(pool),
+            prefix=prefix,
+            timeout=timeout,
+            heartbeat_ttl=heartbeat_ttl,
+            cleanup_batch=cleanup_batch,
+            reconnect_backoff=reconnect_backoff,
+            close_client=True,
+        )
+
+    # -- identity and plumbing -----------------------------------------------------------
+
+    @property
+    def client(self) -> Redis:
+        """The underlying ``redis.asyncio`` client."""
+        return self._redis
+
+    @property
+    def worker_id(self) -> str:
+        """This worker's id in Redis (the registry's instance id once bound)."""
+        return self._push.worker
+
+    @property
+    def subscribed(self) -> bool:
+        """Whether the listener currently holds a live subscription (for health checks)."""
+        return self._push.subscribed
+
+    def bind(self, instance_id: str) -> None:
+        """Name this worker after the registry's instance id (first registry wins)."""
+        if not self._bound and not self._used:
+            self._push.worker = instance_id
+        self._bound = True
+
+    def key(self, *parts: str) -> bytes:
+        """A full key name under this storage's prefix (for tests and operators)."""
+        return self._prefix + to_bytes("".join(parts))
+
+    def __repr__(self) -> str:
+        return f"<RedisStorage prefix={self.prefix!r} worker={self.worker_id!r}>"
+
+    def _on_call(self) -> None:
+        """Before each call, on the home loop: the worker id is fixed from now on, and the
+        background tasks (listener, heartbeat) run."""
+        self._used = True
+        if not self._push.started and not self._home.closed:
+            self._push.start()
+
+    async def _script(self, name: str, *args: bytes | str | int) -> Any:
+        return await self._scripts[name](keys=[self._routing_key], args=[self._prefix, *args])
+
+    async def _run(self, name: str, *args: bytes | str | int) -> Any:
+        """One script, on the home loop, bounded and translated."""
+        return await self._home.call(functools.partial(self._script, name, *args))
+
+    # -- cancellation rows -------------------------------------------------------------
+
+    async def add(
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        *,
+        limits: Limits,
+        require_in_flight: bool = False,
+    ) -> AddResult:
+        quota = limits.max_rows_per_scope
+        cap = limits.max_rows
+        reply = await self._run(
+            "ADD",
+            to_bytes(scope),
+            to_bytes(key),
+            encode_reason(reason),
+            "1" if require_in_flight else "0",
+            "" if quota is None else str(quota),
+            "" if cap is None else str(cap),
+            str(limits.eviction_batch),
+            self.worker_id,
+        )
+        outcome = text(reply[0])
+        evicted = tuple((text(reply[i]), int(reply[i + 1])) for i in range(1, len(reply), 2))
+        if outcome in ("recorded", "updated"):
+            for token in self._local.tokens(scope, key):
+                token.set_cancelled(reason)
+        return AddResult(outcome, evicted)  # type: ignore[arg-type]
+
+    async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
+        value = await self._home.call(
+            lambda: self._redis.hget(self._prefix + b"reasons", member(scope, key))
+        )
+        return (False, None) if value is None else (True, decode_reason(value))
+
+    async def remove(self, scope: str, key: str) -> bool:
+        return bool(await self._run("REMOVE", to_bytes(scope), to_bytes(key)))
+
+    # -- in-flight rows ----------------------------------------------------------------
+
+    async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
+        # Register locally first: a pushed message or a resync may flip it from now on,
+        # and if Redis is down the next resync re-tracks it remotely.
+        row = (scope, key, owner)
+        self._local.track(row, token)
+        try:
+            value, created = await self._run(
+                "TRACK",
+                to_bytes(scope),
+                to_bytes(key),
+                to_bytes(owner),
+                self.worker_id,
+                self._push.heartbeat_ms,
+            )
+        except StorageUnavailable:
+            raise  # still tracked locally: the next resync tracks it in Redis
+        except BaseException:
+            # Cancelled (or failed) midway: the caller treats the request as never tracked,
+            # so drop it here and have the next resync or cleanup untrack it in Redis.
+            self._local.forget(row)
+            self._local.orphan([row])
+            raise
+        if value is not None:
+            token.set_cancelled(decode_reason(value))
+        if int(created) and self._local.holds_others(scope, key):
+            # The heartbeat had lapsed, so another worker's cleanup may have swept this
+            # worker's other rows; the heartbeat task would no longer see it missing.
+            self._push.want_resync()
+
+    async def untrack(self, scope: str, key: str, owner: str) -> None:
+        row = (scope, key, owner)
+        self._local.forget(row)
+        try:
+            await self._run("UNTRACK", to_bytes(scope), to_bytes(key), to_bytes(owner))
+        except BaseException:  # unavailable, or cancelled midway: release it later
+            self._local.orphan([row])
+            raise
+
+    async def finish(self, scope: str, key: str, owner: str) -> None:
+        """Untrack *owner* and remove the cancellation row in one round trip.
+
+        Runs to completion (bounded by the timeout) even if the calling task is cancelled
+        meanwhile; the cancellation is re-raised afterwards.
+        """
+        row = (scope, key, owner)
+        self._local.forget(row)
+
+        async def run() -> None:
+            try:
+                await self._run("FINISH", to_bytes(scope), to_bytes(key), to_bytes(owner))
+            except StorageUnavailable:
+                self._local.orphan([row])
+                raise
+
+        task = asyncio.ensure_future(run())
+        self._pending.add(task)
+        task.add_done_callback(self._settle)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                await asyncio.wait([task])
+            raise
+
+    def _settle(self, future: asyncio.Future[Any]) -> None:
+        self._pending.discard(future)
+        if not future.cancelled():
+            future.exception()  # retrieved: finish() already reported it to its caller
+
+    async def is_tracked(self, scope: str, key: str) -> bool:
+        flight = self._prefix + b"f:" + member(scope, key)
+        return bool(await self._home.call(lambda: self._redis.exists(flight)))
+
+    # -- maintenance -------------------------------------------------------------------
+
+    async def cleanup(self, ttl: float | None, dead_owners: Collection[str]) -> tuple[int, int]:
+        dead = set(dead_owners)
+        return await self._home.at_home(functools.partial(self._cleanup, ttl, dead))
+
+    async def _cleanup(self, ttl: float | None, dead: set[str]) -> tuple[int, int]:
+        async with self._push.maintenance():
+            swept = self._local.sweep(dead)
+            # Rows an earlier untrack or finish failed to release go along.
+            release: list[Row] = sorted({*swept, *self._local.orphans()})
+            ttl_arg = "" if ttl is None else str(max(0, int(ttl * 1_000_000)))
+            args: list[bytes | str | int] = []
+            for scope, key, owner in release:
+                args += [to_bytes(scope), to_bytes(key), to_bytes(owner)]
+            removed = in_flight_removed = 0
+            while True:
+                # The first pass also untracks; later ones only continue the TTL sweep.
+                call = [self.worker_id, ttl_arg, str(self._cleanup_batch), *args]
+                try:
+                    reply = await self._run("CLEANUP", *call)
+                except BaseException:  # unavailable, or cancelled midway
+                    if args:
+                        self._local.orphan(swept)  # released by a later pass
+                    raise
+                if args:
+                    self._local.released(release)
+                    args = []
+                removed += int(reply[0])
+                in_flight_removed += int(reply[1])
+                if not int(reply[2]):
+                    return removed, in_flight_removed
+
+    async def stats(self) -> StorageStats:
+        async def read() -> tuple[Any, Any]:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.zrange(self._prefix + b"scopes", 0, -1, withscores=True)
+            pipe.hgetall(self._prefix + b"fs")
+            rows, flights = await pipe.execute()
+            return rows, flights
+
+        rows, flights = await self._home.call(read)
+        return StorageStats(
+            rows={text(scope): int(n) for scope, n in rows},
+            in_flight={text(scope): int(n) for scope, n in flights.items() if int(n) > 0},
+        )
+
+    # -- push ----------------------------------------------------------------------------
+
+    async def resync(self) -> int:
+        """Re-track this worker's in-flight rows in Redis and flip the tokens of those
+        cancelled meanwhile (one round trip); release rows owed to Redis. Returns the
+        number of tokens flipped. Runs by itself after every (re)subscription."""
+        return await self._push.resync()
+
+    async def aclose(self) -> None:
+        """Stop the listener and heartbeat and close the client if this storage made it.
+
+        Must run on the loop the storage was first used on (or before any use).
+        """
+        if self._home.closed:
+            return
+        self._home.closed = True
+        await self._push.stop()
+        if self._pending:
+            await asyncio.wait(list(self._pending))
+        if self._close_client:
+            with contextlib.suppress(Exception):  # a client that is already gone
+                await self._redis.aclose()
