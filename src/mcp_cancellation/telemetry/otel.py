@@ -42,15 +42,14 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from blinker import ANY
-
 from .. import signals
 from ..__about__ import __version__
 from .._extras import requires
 from ..scope import SCOPE_KINDS, scope_kind
 from ..storage.base import StorageStats
-from ._guard import disconnect_all, never_raise
-from ._labels import ScopeLabeler
+from ._bridge import Bridge, Receivers, Setups
+from ._guard import never_raise
+from ._labels import ScopeLabeler, resolve_key
 
 with requires("otel", "The OpenTelemetry bridge (mcp_cancellation.telemetry.otel)"):
     from opentelemetry import metrics, trace
@@ -134,7 +133,7 @@ def _source(method: str | None) -> str:
     return "other"
 
 
-class OpenTelemetryBridge:
+class OpenTelemetryBridge(Bridge):
     """Spans and counters for the signals of one registry (or of all, with ``None``).
 
     Providers default to the global ones (through OpenTelemetry's proxies, so a provider
@@ -151,7 +150,8 @@ class OpenTelemetryBridge:
         meter_provider: metrics.MeterProvider | None = None,
         hash_key: str | bytes | None = None,
     ) -> None:
-        self._registry_ref = weakref.ref(registry) if registry is not None else None
+        super().__init__(registry)
+        self._providers = (tracer_provider, meter_provider)
         self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider)
         meter = metrics.get_meter(INSTRUMENTATION_NAME, __version__, meter_provider)
         self.labeler = ScopeLabeler(hash_key)
@@ -175,15 +175,8 @@ class OpenTelemetryBridge:
             # allows it (MemoryStorage), else not observed.
             for table in ("rows", "in_flight"):
                 _join_gauge(meter, table, self)
-        self._lock = threading.Lock()
-        self._installed = False
-        self._finalizer: weakref.finalize[Any, Any] | None = None
 
-    @property
-    def installed(self) -> bool:
-        return self._installed
-
-    def _receivers(self) -> list[tuple[Any, Any]]:
+    def _receivers(self) -> Receivers:
         return [
             (signals.request_cancelled, self._on_cancelled),
             (signals.cancellation_cleanup, self._on_cleanup),
@@ -191,37 +184,11 @@ class OpenTelemetryBridge:
             (signals.cancellation_rejected, self._on_rejected),
         ]
 
-    def install(self) -> OpenTelemetryBridge:
-        """Connect to the signals (idempotent). Returns self."""
-        with self._lock:
-            if self._installed:
-                return self
-            sender: Any = ANY if self._registry_ref is None else self._registry_ref()
-            if sender is None:
-                raise ValueError("the registry of this bridge no longer exists")
-            for signal, receiver in self._receivers():
-                signal.connect(receiver, sender=sender, weak=False)
-            if self._registry_ref is not None:
-                self._finalizer = weakref.finalize(sender, disconnect_all, self._receivers())
-            self._installed = True
-            return self
-
-    def uninstall(self) -> None:
-        """Disconnect from the signals (idempotent)."""
-        with self._lock:
-            if not self._installed:
-                return
-            self._installed = False
-            if self._finalizer is not None:
-                self._finalizer.detach()
-                self._finalizer = None
-            disconnect_all(self._receivers())
-
     # -- observable gauges -------------------------------------------------------------
 
     def _stats(self) -> StorageStats | None:
-        registry = self._registry_ref() if self._registry_ref is not None else None
-        if registry is None or not self._installed:
+        registry = self.registry
+        if registry is None or not self.installed:
             return None
         return registry.storage.stats_nowait()
 
@@ -364,11 +331,7 @@ def _join_gauge(meter: metrics.Meter, table: str, bridge: OpenTelemetryBridge) -
 
 # -- module-level instrumentation --------------------------------------------------------
 
-_lock = threading.Lock()
-_global: OpenTelemetryBridge | None = None
-_per_registry: weakref.WeakKeyDictionary[CancellationRegistry, OpenTelemetryBridge] = (
-    weakref.WeakKeyDictionary()
-)
+_setups: Setups[OpenTelemetryBridge] = Setups()
 
 
 def instrument(
@@ -380,8 +343,8 @@ def instrument(
 ) -> OpenTelemetryBridge:
     """Record the signals of *registry* (of every registry when ``None``) as spans and
     metrics. Idempotent: while instrumented, calling it again for the same registry (or
-    for ``None``) returns the existing bridge and ignores the new arguments."""
-    global _global
+    for ``None``) returns the existing bridge; naming another provider or hash key than
+    it uses raises :class:`~mcp_cancellation.ConfigurationError` (as ``metrics_app()``)."""
     from ..registry import CancellationRegistry
 
     if registry is not None and not isinstance(registry, CancellationRegistry):
@@ -389,41 +352,34 @@ def instrument(
             f"registry must be a CancellationRegistry or None, not {type(registry).__name__}"
             " (pass providers as keywords)"
         )
-    with _lock:
-        existing = _global if registry is None else _per_registry.get(registry)
-        if existing is not None and existing.installed:
-            return existing
-        bridge = OpenTelemetryBridge(
+
+    def conflict(bridge: OpenTelemetryBridge) -> str | None:
+        wanted = (tracer_provider, meter_provider)
+        for name, given, used in zip(("tracer", "meter"), wanted, bridge._providers, strict=True):
+            if given is not None and given is not used:
+                return f"instrument() for this registry uses another {name}_provider"
+        if hash_key is not None and bridge.labeler.key != resolve_key(hash_key):
+            return "instrument() for this registry uses another hash_key"
+        return None
+
+    def make() -> OpenTelemetryBridge:
+        return OpenTelemetryBridge(
             registry,
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
             hash_key=hash_key,
-        ).install()
-        if registry is None:
-            _global = bridge
-        else:
-            _per_registry[registry] = bridge
-        return bridge
+        )
+
+    return _setups.get_or_install(registry, None, conflict, make)
 
 
 def uninstrument(registry: CancellationRegistry | None = None) -> None:
     """Stop recording: for *registry* only, or (with ``None``) everything
     :func:`instrument` set up. Idempotent."""
-    global _global
-    with _lock:
-        if registry is None:
-            bridges = [b for b in (_global, *_per_registry.values()) if b is not None]
-            _global = None
-            _per_registry.clear()
-        else:
-            found = _per_registry.pop(registry, None)
-            bridges = [found] if found is not None else []
-    for bridge in bridges:
+    for bridge in _setups.remove(registry):
         bridge.uninstall()
 
 
 def instrumented(registry: CancellationRegistry | None = None) -> bool:
     """Whether :func:`instrument` is in effect for *registry* (or globally, for ``None``)."""
-    with _lock:
-        bridge = _global if registry is None else _per_registry.get(registry)
-        return bridge is not None and bridge.installed
+    return bool(_setups.find(registry))

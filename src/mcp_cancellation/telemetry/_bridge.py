@@ -1,0 +1,162 @@
+"""What every telemetry bridge shares: one install/uninstall policy (private).
+
+* :meth:`Bridge.install` connects the bridge's receivers to the signals of its registry
+  (of every registry, for a bridge without one) and is idempotent; :meth:`Bridge.uninstall`
+  undoes it and is idempotent too. Either may be called again later.
+* A registry garbage-collected while bridged disconnects the receivers by itself (blinker
+  forgets a dead sender but keeps strong receivers).
+* Errors are :class:`~mcp_cancellation.ConfigurationError`: a registry that no longer
+  exists, a target already used by another bridge, or a second setup of one registry
+  with other options (:class:`Setups`).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+
+from blinker import ANY
+
+from ..errors import ConfigurationError
+from ._guard import disconnect_all
+
+if TYPE_CHECKING:
+    from ..registry import CancellationRegistry
+
+__all__ = ["Bridge", "Receivers", "Setups"]
+
+#: ``(signal, receiver)`` pairs a bridge connects.
+Receivers = list[tuple[Any, Callable[..., None]]]
+
+
+def _teardown(receivers: Receivers, also: Callable[[], None] | None) -> None:
+    """Run when a bridged registry is garbage-collected without uninstall()."""
+    disconnect_all(receivers)
+    if also is not None:
+        also()
+
+
+class Bridge:
+    """Base of the OpenTelemetry and Prometheus bridges (see the module docstring).
+
+    Subclasses list their receivers, and may attach (register exporters) before the
+    receivers connect and detach after they disconnect.
+    """
+
+    def __init__(self, registry: CancellationRegistry | None) -> None:
+        self._registry_ref = weakref.ref(registry) if registry is not None else None
+        self._install_lock = threading.Lock()
+        self._installed = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    @property
+    def registry(self) -> CancellationRegistry | None:
+        """The bridged registry (``None`` for every registry, or once it was collected)."""
+        return self._registry_ref() if self._registry_ref is not None else None
+
+    @property
+    def installed(self) -> bool:
+        return self._installed
+
+    def _receivers(self) -> Receivers:
+        raise NotImplementedError
+
+    def _attach(self) -> None:
+        """Before the receivers connect (may raise ConfigurationError, undoing itself)."""
+
+    def _detach(self) -> None:
+        """After the receivers disconnect."""
+
+    def _on_registry_collected(self) -> Callable[[], None] | None:
+        """Something to do when the registry is collected while bridged, besides
+        disconnecting (it must not reference the bridge)."""
+        return None
+
+    def install(self) -> Self:
+        """Connect to the signals (idempotent). Returns self."""
+        with self._install_lock:
+            if self._installed:
+                return self
+            sender: Any = ANY
+            if self._registry_ref is not None:
+                sender = self._registry_ref()
+                if sender is None:
+                    raise ConfigurationError("the registry of this bridge no longer exists")
+            self._attach()
+            receivers = self._receivers()
+            for signal, receiver in receivers:
+                signal.connect(receiver, sender=sender, weak=False)
+            if sender is not ANY:
+                self._finalizer = weakref.finalize(
+                    sender, _teardown, receivers, self._on_registry_collected()
+                )
+            self._installed = True
+            return self
+
+    def uninstall(self) -> None:
+        """Disconnect from the signals and detach (idempotent)."""
+        with self._install_lock:
+            if not self._installed:
+                return
+            self._installed = False
+            if self._finalizer is not None:
+                self._finalizer.detach()
+                self._finalizer = None
+            disconnect_all(self._receivers())
+            self._detach()
+
+
+B = TypeVar("B", bound=Bridge)
+
+
+class Setups(Generic[B]):
+    """The bridges a setup function (``instrument()``, ``metrics_app()``) installed, one
+    per registry and target: calling it again returns the installed bridge, or raises
+    :class:`~mcp_cancellation.ConfigurationError` when it asks for other options."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_registry: weakref.WeakKeyDictionary[CancellationRegistry, dict[Hashable, B]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._global: dict[Hashable, B] = {}
+
+    def get_or_install(
+        self,
+        registry: CancellationRegistry | None,
+        target: Hashable,
+        conflict: Callable[[B], str | None],
+        make: Callable[[], B],
+    ) -> B:
+        """The installed bridge for (*registry*, *target*); *conflict* says why an
+        installed one does not fit the new call (or ``None``); else *make* and install."""
+        with self._lock:
+            table = self._global if registry is None else self._by_registry.setdefault(registry, {})
+            bridge = table.get(target)
+            if bridge is not None and bridge.installed:
+                problem = conflict(bridge)
+                if problem is not None:
+                    raise ConfigurationError(f"already set up with other options: {problem}")
+                return bridge
+            bridge = make().install()
+            table[target] = bridge
+            return bridge
+
+    def find(self, registry: CancellationRegistry | None) -> list[B]:
+        with self._lock:
+            table = self._global if registry is None else self._by_registry.get(registry, {})
+            return [b for b in table.values() if b.installed]
+
+    def remove(self, registry: CancellationRegistry | None) -> list[B]:
+        """Forget the bridges of *registry* (with ``None``: every bridge); returns them."""
+        with self._lock:
+            if registry is None:
+                found = [*self._global.values()]
+                for table in self._by_registry.values():
+                    found += table.values()
+                self._global.clear()
+                self._by_registry.clear()
+                return found
+            return list(self._by_registry.pop(registry, {}).values())

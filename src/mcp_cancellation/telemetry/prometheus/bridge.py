@@ -1,0 +1,288 @@
+"""``PrometheusBridge``: signal counters, and the state its scrape-time collector reads."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+from ... import signals
+from ..._extras import requires
+from ...errors import ConfigurationError
+from ...scope import SCOPE_KINDS, scope_kind
+from ...storage.base import StorageStats
+from .._bridge import Bridge, Receivers
+from .._guard import never_raise
+from .._heavy_hitters import SpaceSaving
+from .._labels import ScopeLabeler
+from .catalogue import METRICS, PREFIX, REJECT_REASONS, TABLES
+from .collector import GaugeState, StateCollector
+from .multiprocess import MULTIPROC_ENV, HitterFiles, check_multiprocess
+
+with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter
+    from prometheus_client.exposition import choose_encoder
+    from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from ...registry import CancellationRegistry
+
+__all__ = ["PrometheusBridge"]
+
+logger = logging.getLogger("mcp_cancellation.telemetry")
+
+_ONE_PER_COLLECTOR_REGISTRY: Final = (
+    "another PrometheusBridge is installed on this CollectorRegistry "
+    "(use one CollectorRegistry per CancellationRegistry)"
+)
+
+# The snapshot render() awaited for the scrape being rendered in this task.
+_pending: contextvars.ContextVar[tuple[PrometheusBridge, StorageStats | None] | None] = (
+    contextvars.ContextVar("mcp_cancellation_pending_stats", default=None)
+)
+
+
+class PrometheusBridge(Bridge):
+    """Exports one :class:`~mcp_cancellation.CancellationRegistry` to Prometheus.
+
+    :meth:`install` registers the counters and the scrape-time collector in
+    *collector_registry* and connects to the registry's signals (only that registry's: the
+    sender is filtered); :meth:`uninstall` undoes both. Both are idempotent. One bridge
+    per collector registry: the metric names are fixed, so a second registry needs its
+    own ``CollectorRegistry``.
+
+    *top_k* bounds the ``scope`` series of each per-scope gauge; the heavy-hitters
+    structure keeps ``heavy_hitters_capacity`` counters (default ``10 * top_k``), so a scope
+    with more than ``1/capacity`` of all rejections is always among them. *hash_key* keys
+    the session-scope digests (see ``docs/metrics.md``). *multiprocess_dir* defaults to
+    ``$PROMETHEUS_MULTIPROC_DIR``.
+    """
+
+    def __init__(
+        self,
+        registry: CancellationRegistry,
+        *,
+        collector_registry: CollectorRegistry | None = REGISTRY,
+        top_k: int = 20,
+        heavy_hitters_capacity: int | None = None,
+        hash_key: str | bytes | None = None,
+        multiprocess_dir: str | None = None,
+    ) -> None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ConfigurationError(f"top_k must be a positive integer, not {top_k!r}")
+        capacity = heavy_hitters_capacity if heavy_hitters_capacity is not None else 10 * top_k
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < top_k:
+            raise ConfigurationError(
+                f"heavy_hitters_capacity must be an integer >= top_k, not {capacity!r}"
+            )
+        super().__init__(registry)
+        self.collector_registry = collector_registry
+        self.top_k = top_k
+        self.labeler = ScopeLabeler(hash_key)
+        self.hitters = SpaceSaving(capacity)
+        directory = multiprocess_dir or os.environ.get(MULTIPROC_ENV) or None
+        if directory is not None:
+            check_multiprocess(directory)
+        self.multiprocess_dir = directory
+        self._files = HitterFiles(directory, self.hitters) if directory else None
+        self._collector = StateCollector(self)
+        self._snapshot: StorageStats | None = None
+        self._counters: list[Counter] = []
+        self._cancelled: dict[str, Counter] = {}
+        self._rejected: dict[tuple[str, str], Counter] = {}
+        self._evicted: dict[str, Counter] = {}
+        self._cleanup: dict[str, Counter] = {}
+
+    # -- lifecycle (install/uninstall: see telemetry._bridge) ---------------------------
+
+    def _attach(self) -> None:
+        self._make_counters()
+        if self.collector_registry is not None:
+            try:
+                self.collector_registry.register(self._collector)
+            except ValueError as exc:
+                self._unregister_counters()
+                raise ConfigurationError(_ONE_PER_COLLECTOR_REGISTRY) from exc
+        if self._files is not None:
+            self._files.start()
+
+    def _detach(self) -> None:
+        if self.collector_registry is not None:
+            self.collector_registry.unregister(self._collector)
+        self._unregister_counters()
+        if self._files is not None:
+            self._files.stop()
+
+    def _on_registry_collected(self) -> Callable[[], None] | None:
+        return self._files.close_nowait if self._files is not None else None
+
+    def _receivers(self) -> Receivers:
+        return [
+            (signals.request_cancelled, self._on_cancelled),
+            (signals.cancellation_rejected, self._on_rejected),
+            (signals.cancellation_evicted, self._on_evicted),
+            (signals.cancellation_cleanup, self._on_cleanup),
+        ]
+
+    def _make_counters(self) -> None:
+        reg = self.collector_registry
+        cancelled = Counter(
+            PREFIX + "cancelled",
+            METRICS[PREFIX + "cancelled_total"].help,
+            ["scope_kind"],
+            registry=None,
+        )
+        rejected = Counter(
+            PREFIX + "rejected",
+            METRICS[PREFIX + "rejected_total"].help,
+            ["scope_kind", "reason"],
+            registry=None,
+        )
+        evicted = Counter(
+            PREFIX + "evicted",
+            METRICS[PREFIX + "evicted_total"].help,
+            ["scope_kind"],
+            registry=None,
+        )
+        cleanup = Counter(
+            PREFIX + "cleanup_removed",
+            METRICS[PREFIX + "cleanup_removed_total"].help,
+            ["table"],
+            registry=None,
+        )
+        # Every label combination exists from the start, so rate() sees the first event.
+        self._cancelled = {k: cancelled.labels(k) for k in SCOPE_KINDS}
+        self._evicted = {k: evicted.labels(k) for k in SCOPE_KINDS}
+        self._rejected = {
+            (k, r): rejected.labels(k, r) for k in SCOPE_KINDS for r in REJECT_REASONS
+        }
+        self._cleanup = {t: cleanup.labels(t) for t in TABLES}
+        self._counters = [cancelled, rejected, evicted, cleanup]
+        if reg is not None:
+            done: list[Counter] = []
+            try:
+                for counter in self._counters:
+                    reg.register(counter)
+                    done.append(counter)
+            except ValueError as exc:
+                for counter in done:
+                    reg.unregister(counter)
+                self._counters = []
+                raise ConfigurationError(_ONE_PER_COLLECTOR_REGISTRY) from exc
+
+    def _unregister_counters(self) -> None:
+        if self.collector_registry is not None:
+            for counter in self._counters:
+                self.collector_registry.unregister(counter)
+        self._counters = []
+
+    # -- signal receivers (hot path: a dict lookup and an increment each) --------------
+
+    @never_raise
+    def _on_cancelled(self, sender: object, *, scope: str, **_: object) -> None:
+        self._cancelled[scope_kind(scope)].inc()
+
+    @never_raise
+    def _on_rejected(self, sender: object, *, scope: str, reason: str, **_: object) -> None:
+        child = self._rejected.get((scope_kind(scope), reason))
+        if child is not None:
+            child.inc()
+        self.hitters.add(self.labeler(scope))
+        if self._files is not None:
+            self._files.mark()
+
+    @never_raise
+    def _on_evicted(self, sender: object, *, scope: str, count: int, **_: object) -> None:
+        self._evicted[scope_kind(scope)].inc(count)
+
+    @never_raise
+    def _on_cleanup(
+        self, sender: object, *, removed: int, in_flight_removed: int, **_: object
+    ) -> None:
+        if removed:
+            self._cleanup["cancellations"].inc(removed)
+        if in_flight_removed:
+            self._cleanup["in_flight"].inc(in_flight_removed)
+
+    # -- scrape-time state -------------------------------------------------------------
+
+    async def refresh(self) -> StorageStats | None:
+        """Await the registry's stats and keep them for collectors that cannot await.
+
+        Returns the snapshot, or ``None`` if the registry is gone or its storage failed
+        (logged; row gauges are then left out rather than shown stale).
+        """
+        registry = self.registry
+        if registry is None:
+            return None
+        try:
+            stats = await registry.stats()
+        except Exception as exc:
+            logger.warning("cancellation stats unavailable for /metrics: %s", exc)
+            self._snapshot = None
+            return None
+        self._snapshot = stats
+        return stats
+
+    def _stats(self) -> StorageStats | None:
+        pending = _pending.get()
+        if pending is not None and pending[0] is self and pending[1] is not None:
+            return pending[1]
+        registry = self.registry
+        if registry is None:
+            return None
+        stats = registry.storage.stats_nowait()
+        return stats if stats is not None else self._snapshot
+
+    def gauge_state(self) -> GaugeState | None:
+        """What this scrape's gauges show (``None`` once the registry is gone)."""
+        registry = self._registry_ref() if self._registry_ref is not None else None
+        if registry is None:
+            return None
+        counts = self._files.merged() if self._files is not None else self.hitters.snapshot()
+        return GaugeState(
+            max_rows=registry.max_rows,
+            max_rows_per_scope=registry.max_rows_per_scope,
+            stats=self._stats(),
+            rejections=counts,
+            top_k=self.top_k,
+            labeler=self.labeler,
+        )
+
+    # -- exposition --------------------------------------------------------------------
+
+    def collectors(self) -> list[Collector]:
+        """The scrape-time collector, to register in a multiprocess exposition registry
+        (``CollectorRegistry()`` + ``MultiProcessCollector``) of your own."""
+        return [self._collector]
+
+    def exposition_registry(self) -> CollectorRegistry:
+        """What a scrape renders: in multiprocess mode a fresh registry holding a
+        ``MultiProcessCollector`` (every worker's counters) and this bridge's collector;
+        otherwise the collector registry itself."""
+        if self.multiprocess_dir is not None:
+            from prometheus_client.multiprocess import MultiProcessCollector
+
+            exposition = CollectorRegistry()
+            MultiProcessCollector(exposition, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+            exposition.register(self._collector)
+            return exposition
+        if self.collector_registry is None:
+            raise ConfigurationError("this bridge has no collector registry to expose")
+        return self.collector_registry
+
+    async def render(self, accept: str = "") -> tuple[bytes, str]:
+        """Await fresh stats, then render the exposition for an ``Accept`` header.
+
+        Returns ``(body, content_type)``.
+        """
+        stats = await self.refresh()
+        encoder, content_type = choose_encoder(accept)
+        token = _pending.set((self, stats))
+        try:
+            body = encoder(self.exposition_registry())
+        finally:
+            _pending.reset(token)
+        return body, content_type

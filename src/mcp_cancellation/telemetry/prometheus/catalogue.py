@@ -1,0 +1,92 @@
+"""The Prometheus metric catalogue: every exported name, its type, labels and help.
+
+Dashboards, alert rules and their tests validate against :data:`METRIC_NAMES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = ["METRICS", "METRIC_NAMES", "PREFIX", "REJECT_REASONS", "TABLES", "MetricInfo"]
+
+PREFIX: Final = "mcp_cancellation_"
+
+
+class MetricInfo:
+    """What one exported metric is: its Prometheus ``type``, ``labels`` and ``help``."""
+
+    __slots__ = ("help", "labels", "name", "type")
+
+    def __init__(self, name: str, type: str, labels: tuple[str, ...], help: str) -> None:
+        self.name = name
+        self.type = type
+        self.labels = labels
+        self.help = help
+
+    def __repr__(self) -> str:
+        return f"MetricInfo({self.name!r}, {self.type!r}, {self.labels!r})"
+
+
+ALL: tuple[MetricInfo, ...] = (
+    MetricInfo(
+        PREFIX + "cancelled_total",
+        "counter",
+        ("scope_kind",),
+        "Cancellations recorded, by scope kind.",
+    ),
+    MetricInfo(
+        PREFIX + "rejected_total",
+        "counter",
+        ("scope_kind", "reason"),
+        "Cancellations refused: reason is quota (per-scope quota full) or invalid_request_id.",
+    ),
+    MetricInfo(
+        PREFIX + "evicted_total",
+        "counter",
+        ("scope_kind",),
+        "Cancellation rows evicted because the global cap (max_rows) was reached.",
+    ),
+    MetricInfo(
+        PREFIX + "cleanup_removed_total",
+        "counter",
+        ("table",),
+        "Rows removed by cleanup passes: expired cancellations, in_flight rows of dead owners.",
+    ),
+    MetricInfo(PREFIX + "rows", "gauge", ("scope_kind",), "Cancellation rows, by scope kind."),
+    MetricInfo(
+        PREFIX + "in_flight", "gauge", ("scope_kind",), "In-flight request rows, by scope kind."
+    ),
+    MetricInfo(
+        PREFIX + "max_rows", "gauge", (), "Global cap on cancellation rows (+Inf: disabled)."
+    ),
+    MetricInfo(
+        PREFIX + "max_rows_per_scope",
+        "gauge",
+        (),
+        "Per-scope quota on cancellation rows (+Inf: disabled).",
+    ),
+    MetricInfo(
+        PREFIX + "scope_rows",
+        "gauge",
+        ("scope",),
+        "Cancellation rows of the top K scopes by rows (session scopes hashed).",
+    ),
+    MetricInfo(
+        PREFIX + "scope_rejections",
+        "gauge",
+        ("scope",),
+        "Rejections of the top K rejected scopes since start (Space-Saving estimate, an upper "
+        "bound; session scopes hashed).",
+    ),
+)
+
+#: Every exported metric, by the name used in PromQL (counters with their ``_total``).
+METRICS: Final[Mapping[str, MetricInfo]] = {m.name: m for m in ALL}
+#: The set of exported metric names, for validating dashboards and alert rules.
+METRIC_NAMES: Final[frozenset[str]] = frozenset(METRICS)
+
+#: Values of the ``table`` label of ``cleanup_removed_total``.
+TABLES: Final = ("cancellations", "in_flight")
+#: Values of the ``reason`` label of ``rejected_total``.
+REJECT_REASONS: Final = ("quota", "invalid_request_id")
