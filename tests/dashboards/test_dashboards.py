@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 import yaml
 
-from mcp_cancellation import _dashboards
+from mcp_cancellation import dashboards
 from mcp_cancellation.telemetry.prometheus import METRIC_NAMES
 
 from ..support import project_root
 
 ROOT = project_root()
 DASHBOARDS = ROOT / "dashboards"
-NAMES = sorted(_dashboards.DASHBOARDS)
+NAMES = sorted(dashboards.DASHBOARDS)
 
 
 def load(name: str) -> dict[str, Any]:
@@ -26,13 +26,13 @@ def load(name: str) -> dict[str, Any]:
 
 
 def test_known_metrics_are_the_exporters_list() -> None:
-    assert _dashboards.known_metric_names() == METRIC_NAMES
+    assert dashboards.known_metric_names() == METRIC_NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_dashboard_is_the_generated_one(name: str) -> None:
-    uid, title, panels = _dashboards.DASHBOARDS[name]
-    expected = _dashboards.render(_dashboards.build_dashboard(uid, title, panels))
+    uid, title, panels = dashboards.DASHBOARDS[name]
+    expected = dashboards.render(dashboards.build_dashboard(uid, title, panels))
     assert (DASHBOARDS / name).read_text(encoding="utf-8") == expected, (
         "stale: run .venv/bin/python -m mcp_cancellation._dashboards"
     )
@@ -40,7 +40,7 @@ def test_committed_dashboard_is_the_generated_one(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_dashboard_is_valid(name: str) -> None:
-    assert _dashboards.check_dashboard(load(name), METRIC_NAMES) == []
+    assert dashboards.check_dashboard(load(name), METRIC_NAMES) == []
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -83,15 +83,15 @@ def test_panels_cover_the_issue() -> None:
     } <= titles["abusive-scopes.json"]
     used: set[str] = set()
     for name in NAMES:
-        for query in _dashboards.panel_queries(load(name)):
-            used |= _dashboards.metric_names_in(query.expr)
+        for query in dashboards.panel_queries(load(name)):
+            used |= dashboards.metric_names_in(query.expr)
     assert used == set(METRIC_NAMES)
 
 
 def test_alert_rules_are_valid() -> None:
     rules = yaml.safe_load((DASHBOARDS / "alerts.yaml").read_text(encoding="utf-8"))
     runbook = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
-    assert _dashboards.check_rules(rules, METRIC_NAMES, runbook) == []
+    assert dashboards.check_rules(rules, METRIC_NAMES, runbook) == []
     names = {r["alert"] for g in rules["groups"] for r in g["rules"]}
     assert names == {
         "MCPCancellationQuotaRejectionSpike",
@@ -102,15 +102,13 @@ def test_alert_rules_are_valid() -> None:
 
 
 def test_command_line_check_passes(capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        _dashboards.main(["--check", "--dir", str(DASHBOARDS), "--docs", str(ROOT / "docs")]) == 0
-    )
+    assert dashboards.main(["--check", "--dir", str(DASHBOARDS), "--docs", str(ROOT / "docs")]) == 0
     assert capsys.readouterr().err == ""
 
 
 def test_command_line_builds_into_a_directory(tmp_path: Path) -> None:
     (tmp_path / "alerts.yaml").write_bytes((DASHBOARDS / "alerts.yaml").read_bytes())
-    assert _dashboards.main(["--dir", str(tmp_path), "--docs", str(ROOT / "docs")]) == 0
+    assert dashboards.main(["--dir", str(tmp_path), "--docs", str(ROOT / "docs")]) == 0
     for name in NAMES:
         assert (tmp_path / name).read_bytes() == (DASHBOARDS / name).read_bytes()
 
@@ -149,7 +147,7 @@ def _broken(change: str) -> dict[str, Any]:
     ],
 )
 def test_validator_reports(change: str, message: str) -> None:
-    problems = _dashboards.check_dashboard(_broken(change), METRIC_NAMES)
+    problems = dashboards.check_dashboard(_broken(change), METRIC_NAMES)
     assert any(message in problem for problem in problems), problems
 
 
@@ -166,7 +164,7 @@ def test_rule_validator_reports_missing_runbook_and_unknown_metric() -> None:
                         "annotations": {
                             "summary": "s",
                             "description": "d",
-                            "runbook_url": f"{_dashboards.RUNBOOK_BASE}#missing-anchor",
+                            "runbook_url": f"{dashboards.RUNBOOK_BASE}#missing-anchor",
                         },
                     },
                     {"alert": "B", "expr": "mcp_cancellation_rows > 0"},
@@ -174,7 +172,7 @@ def test_rule_validator_reports_missing_runbook_and_unknown_metric() -> None:
             }
         ]
     }
-    problems = _dashboards.check_rules(rules, METRIC_NAMES, "# Alerts\n## Other\n")
+    problems = dashboards.check_rules(rules, METRIC_NAMES, "# Alerts\n## Other\n")
     assert "A: unknown metric mcp_cancellation_nope" in problems
     assert "A: docs/alerts.md has no heading with anchor #missing-anchor" in problems
     assert "B: no summary annotation" in problems
@@ -186,6 +184,24 @@ def test_substitute_replaces_grafana_variables() -> None:
         'rate(mcp_cancellation_cancelled_total{job=~"$job", instance=~"${instance}"}'
         "[$__rate_interval])"
     )
-    assert _dashboards.substitute(expr, "10s", job="demo") == (
+    assert dashboards.substitute(expr, "10s", job="demo") == (
         'rate(mcp_cancellation_cancelled_total{job=~"demo", instance=~".+"}[10s])'
     )
+
+
+@pytest.mark.parametrize("selector", ['job="mcp"', ""])
+def test_export_with_another_selector_and_datasource(tmp_path: Path, selector: str) -> None:
+    config = dashboards.DashboardConfig(selector=selector, datasource="prometheus-main")
+    target = tmp_path / "not" / "there" / "yet"
+    written = dashboards.export(target, config)
+    assert sorted(p.name for p in written) == NAMES
+    for path in written:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        assert dashboards.check_dashboard(document, dashboards.known_metric_names(), config) == []
+        exprs = [q.expr for q in dashboards.panel_queries(document)]
+        assert exprs
+        assert all("__MCP_CANCELLATION_SELECTOR__" not in e for e in exprs)
+        assert all("$job" not in e and "$instance" not in e for e in exprs)
+        if selector:
+            assert all(selector in e for e in exprs)
+        assert '"uid": "prometheus-main"' in path.read_text(encoding="utf-8")

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from mcp_cancellation import _dashboards
+from mcp_cancellation import dashboards
 
 from ..support import ServerLog, project_root, wait_until
 from ._render import render
@@ -93,8 +93,8 @@ def test_dashboards_and_alerts_against_real_prometheus(tmp_path: Path) -> None:
     )
     queries = [
         query
-        for name in sorted(_dashboards.DASHBOARDS)
-        for query in _dashboards.panel_queries(load_dashboard(name))
+        for name in sorted(dashboards.DASHBOARDS)
+        for query in dashboards.panel_queries(load_dashboard(name))
     ]
     with (
         DemoProcess(*demo_args, log=tmp_path / "demo.log") as demo,
@@ -129,7 +129,7 @@ def test_dashboards_and_alerts_against_real_prometheus(tmp_path: Path) -> None:
             # 2. Every panel query returns data, as Grafana would ask for it.
             missing: dict[str, str] = {}
             for query in queries:
-                expr = _dashboards.substitute(query.expr, RATE_WINDOW)
+                expr = dashboards.substitute(query.expr, RATE_WINDOW)
                 try:
                     wait_until(
                         lambda expr=expr: _has_data(prometheus.query(expr)),
@@ -182,13 +182,13 @@ def test_dashboards_and_alerts_against_real_prometheus(tmp_path: Path) -> None:
 
         # 4. Pictures of both dashboards from the recorded data.
         def fetch(expr: str, instant: bool) -> list[dict[str, Any]]:
-            expr = _dashboards.substitute(expr, RATE_WINDOW)
+            expr = dashboards.substitute(expr, RATE_WINDOW)
             if instant:
                 return prometheus.query(expr, time=end - 2)
             return prometheus.query_range(expr, start, end, step=1)
 
         images = tmp_path / "img"
-        for name in sorted(_dashboards.DASHBOARDS):
+        for name in sorted(dashboards.DASHBOARDS):
             render(
                 load_dashboard(name),
                 fetch,

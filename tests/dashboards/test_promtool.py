@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mcp_cancellation import _dashboards
+from mcp_cancellation import dashboards
 
 from ..support import project_root
 from ._rules import load_dashboard, rules_with_short_for
@@ -66,12 +66,12 @@ def test_a_wrong_expectation_fails(tmp_path: Path) -> None:
 def test_every_panel_query_parses(tmp_path: Path) -> None:
     """Each panel query, its Grafana variables substituted, as a recording rule."""
     rules = []
-    for name in sorted(_dashboards.DASHBOARDS):
-        for index, query in enumerate(_dashboards.panel_queries(load_dashboard(name))):
+    for name in sorted(dashboards.DASHBOARDS):
+        for index, query in enumerate(dashboards.panel_queries(load_dashboard(name))):
             rules.append(
                 {
                     "record": f"panel:{name.split('.')[0].replace('-', '_')}:{index}",
-                    "expr": _dashboards.substitute(query.expr),
+                    "expr": dashboards.substitute(query.expr),
                 }
             )
     path = tmp_path / "panels.yaml"

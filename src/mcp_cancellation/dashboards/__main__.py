@@ -1,0 +1,7 @@
+"""``python -m mcp_cancellation.dashboards``: see :func:`.export.main`."""
+
+import sys
+
+from .export import main
+
+sys.exit(main())
