@@ -32,10 +32,11 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ._asgi import ASGIApp, Receive, Scope, Send, send_response
 from ._extras import requires
 from .context import current_token, raise_if_cancelled
 from .errors import ConfigurationError
-from .integrations.asgi import ASGIApp, CancellationMiddleware, Message, Receive, Scope, Send
+from .integrations.asgi import CancellationMiddleware
 from .registry import CancellationRegistry
 
 with requires("mcp", "mcp-cancellation demo"):
@@ -114,13 +115,7 @@ class _Router:
 
 async def _not_found(send: Send) -> None:
     body = b"metrics unavailable: install mcp-cancellation[prometheus]\n"
-    start: Message = {
-        "type": "http.response.start",
-        "status": 404,
-        "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())],
-    }
-    await send(start)
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await send_response(send, 404, body, content_type=b"text/plain")
 
 
 def _metrics_app(registry: CancellationRegistry) -> ASGIApp | None:

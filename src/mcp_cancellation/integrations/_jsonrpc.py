@@ -7,9 +7,11 @@ job), and writes the few JSON-RPC answers the middleware gives itself.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Final, Literal
+
+from .._asgi import Send, send_response
 
 __all__ = [
     "CANCELLED_METHOD",
@@ -19,15 +21,12 @@ __all__ = [
     "QUOTA_ERROR",
     "Message",
     "classify",
-    "header",
     "is_handshake_version",
     "is_json_content_type",
     "send_accepted",
     "send_error",
 ]
 
-Scope = MutableMapping[str, Any]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 CANCELLED_METHOD: Final = "notifications/cancelled"
 INVALID_REQUEST: Final = -32600
@@ -89,15 +88,6 @@ def classify(body: bytes) -> Message:
     return _OTHER
 
 
-def header(scope: Scope, name: bytes) -> str | None:
-    """The first value of header *name* (lower-case bytes), or ``None``."""
-    for key, value in scope.get("headers") or ():
-        if key == name:
-            text: str = value.decode("latin-1")
-            return text
-    return None
-
-
 def is_handshake_version(version: str | None) -> bool:
     """Whether a ``MCP-Protocol-Version`` header selects the handshake-era transport
     (absent means the spec's default, a handshake version)."""
@@ -128,27 +118,9 @@ async def send_error(
         {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}},
         separators=(",", ":"),
     ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                *extra_headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await send_response(send, status, body, content_type=b"application/json", headers=extra_headers)
 
 
 async def send_accepted(send: Send) -> None:
     """Answer ``202 Accepted`` with an empty body, as the SDK does for notifications."""
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 202,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", b"0")],
-        }
-    )
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    await send_response(send, 202, content_type=b"application/json")

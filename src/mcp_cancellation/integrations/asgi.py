@@ -22,27 +22,23 @@ optional ``session_resolver`` put a server-validated session id in it.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import ipaddress
 import logging
 import math
-import time
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import signals
+from .._asgi import ASGIApp, Message, Receive, Scope, Send, header
 from .._extras import requires
 from ..errors import (
-    REQUEST_CANCELLED,
     CancellationLimitReached,
     ConfigurationError,
     InvalidRequestId,
     StorageUnavailable,
 )
 from ..registry import CancellationRegistry
-from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_kind, scope_of
-from ..token import RequestToken
+from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of
 
 if TYPE_CHECKING:
     from mcp.server.transport_security import (
@@ -50,32 +46,26 @@ if TYPE_CHECKING:
         TransportSecuritySettings,
     )
 from . import _jsonrpc
+from ._exchange import DISCONNECT_REASON, Exchange, replay
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "CancellationMiddleware", "DISCONNECT_REASON"]
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "DISCONNECT_REASON",
+    "ASGIApp",
+    "CancellationMiddleware",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+]
 
 logger = logging.getLogger("mcp_cancellation.asgi")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: Same default as the SDK's ``max_request_body_size`` (4 MiB).
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
-#: Reason recorded when the client goes away mid-request.
-DISCONNECT_REASON = "client disconnected"
-
 _QUOTA_MESSAGE = "Too many outstanding cancellations; try again shortly."
 _STORAGE_MESSAGE = "Cancellation storage unavailable; try again shortly."
-_DISCONNECT: Message = {"type": "http.disconnect"}
-#: The JSON-RPC error code of a cancelled request, as it appears in a response body.
-_CANCELLED_CODE = str(REQUEST_CANCELLED).encode()
-_RESULT = b'"result"'
-#: Seconds before a tracked request the app itself does not watch gets a disconnect
-#: watcher (a task): shorter calls never pay for one. In JSON-response mode a disconnect
-#: is noticed at most this much later.
-_WATCH_DELAY = 0.25
 
 
 class CancellationMiddleware:
@@ -249,7 +239,7 @@ class CancellationMiddleware:
             self._janitor_checked = True
             self.registry.start_janitor()
 
-        declared = _jsonrpc.header(scope, b"content-length")
+        declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             await self._too_large(send)
             return
@@ -278,11 +268,11 @@ class CancellationMiddleware:
         if parsed.kind == "request":
             await self._request(scope, receive, send, body, parsed)
         elif parsed.kind == "cancel" and _jsonrpc.is_handshake_version(
-            _jsonrpc.header(scope, b"mcp-protocol-version")
+            header(scope, b"mcp-protocol-version")
         ):
             await self._cancel(scope, receive, send, body, parsed)
         else:
-            await self.app(scope, _replay(body, trailing, receive), send)
+            await self.app(scope, replay(body, trailing, receive), send)
 
     async def _too_large(self, send: Send) -> None:
         await _jsonrpc.send_error(send, 413, _jsonrpc.INVALID_REQUEST, "Request body too large")
@@ -302,7 +292,7 @@ class CancellationMiddleware:
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
-        if not _jsonrpc.is_json_content_type(_jsonrpc.header(scope, b"content-type")):
+        if not _jsonrpc.is_json_content_type(header(scope, b"content-type")):
             # Refused like the SDK refuses it (400): a cross-site text/plain POST
             # must not cancel anything.
             await _jsonrpc.send_error(
@@ -348,10 +338,10 @@ class CancellationMiddleware:
                 extra_headers=[(b"retry-after", b"1")],
             )
             return
-        if _jsonrpc.header(scope, b"mcp-session-id") is not None:
+        if header(scope, b"mcp-session-id") is not None:
             # A stateful session: let the SDK see the notification too, so that its own
             # per-session cancellation still runs; it answers 202 (or refuses the session).
-            await self.app(scope, _replay(body, None, receive), send)
+            await self.app(scope, replay(body, None, receive), send)
             return
         await _jsonrpc.send_accepted(send)
 
@@ -365,10 +355,10 @@ class CancellationMiddleware:
             context = self.registry.request(parsed.request_id, caller)
         except InvalidRequestId:
             # Not an id the SDK accepts either: let it answer the error.
-            await self.app(scope, _replay(body, None, receive), send)
+            await self.app(scope, replay(body, None, receive), send)
             return
         async with context as token:
-            await _Exchange(self, scope, receive, send, body, token, caller).run()
+            await Exchange(self, scope, receive, send, body, token, caller).run()
 
 
 def _route_path(scope: Scope) -> str | None:
@@ -386,218 +376,3 @@ def _route_path(scope: Scope) -> str | None:
 @functools.lru_cache(maxsize=4096)
 def _ip_scope(address: str | None) -> str:
     return f"ip:{client_bucket(address)}"
-
-
-def _replay(body: bytes, trailing: Message | None, receive: Receive) -> Receive:
-    """A ``receive`` that hands out *body* once (then *trailing*), then the real one."""
-    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
-    if trailing is not None:
-        pending.append(trailing)
-    pending.reverse()
-
-    async def replay() -> Message:
-        if pending:
-            return pending.pop()
-        return await receive()
-
-    return replay
-
-
-class _Exchange:
-    """One tracked request: the inner app, disconnect detection, and the kill timer.
-
-    After the body has been replayed, exactly one reader owns the real ``receive``:
-
-    * the inner app itself, when it asks for the next message (the SDK does in SSE mode, to
-      notice a disconnect): its read is the watch, so it costs no extra task;
-    * otherwise a watcher task, started only once the call has run ``_WATCH_DELAY``
-      seconds (the SDK's JSON mode never reads again): most calls end sooner and pay
-      nothing.
-
-    Whoever sees ``http.disconnect`` before the response ended records the cancellation
-    (and flips the token) before anyone is told; a timer then cancels the request's task
-    if it has not ended ``stream_cancel_timeout`` seconds later.
-    """
-
-    __slots__ = (
-        "answer",
-        "app_reading",
-        "body",
-        "caller",
-        "disconnected",
-        "killed",
-        "killer",
-        "middleware",
-        "receive",
-        "replayed",
-        "response_done",
-        "scope",
-        "send",
-        "task",
-        "timer",
-        "token",
-        "watcher",
-    )
-
-    def __init__(
-        self,
-        middleware: CancellationMiddleware,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        body: bytes,
-        token: RequestToken,
-        caller: str,
-    ) -> None:
-        self.middleware = middleware
-        self.scope = scope
-        self.receive = receive
-        self.send = send
-        self.body = body
-        self.token = token
-        self.caller = caller
-        self.replayed = False
-        self.answer = ""  # "cancelled" (-32800) or "result", once cancelled
-        self.response_done = False
-        self.app_reading = False
-        self.killed = False
-        self.disconnected = asyncio.Event()
-        self.task: asyncio.Task[Any] | None = None
-        self.watcher: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.killer: asyncio.TimerHandle | None = None
-
-    async def run(self) -> None:
-        try:
-            self.task = asyncio.current_task()
-        except RuntimeError:  # not asyncio (trio): track only, the app owns receive
-            await self.middleware.app(self.scope, _replay(self.body, None, self.receive), self.send)
-            return
-        self.timer = asyncio.get_running_loop().call_later(_WATCH_DELAY, self._start_watcher)
-        try:
-            await self.middleware.app(self.scope, self._receive, self._send)
-        except asyncio.CancelledError:
-            task = self.task
-            if not self.killed or task is None or task.uncancel() > 0:
-                raise
-        finally:
-            self.response_done = True  # nothing after this is a cancellation
-            self.timer.cancel()
-            if self.killer is not None:
-                self.killer.cancel()
-            if self.watcher is not None:
-                self.watcher.cancel()
-            if self.token.cancelled:
-                self._log_end()
-
-    def _log_end(self) -> None:
-        """The one log line of a cancelled request: who, why, and how its work ended."""
-        token = self.token
-        if self.killed:
-            outcome = "killed"
-        elif self.answer == "result" and not token.observed:
-            outcome = "completed anyway"
-        else:
-            # It answered -32800, its tool saw the cancellation, or its handler ended
-            # without an answer (the SDK cancels it when an SSE stream closes).
-            outcome = "stopped"
-        at = token.cancelled_at
-        after = (
-            "" if at is None else f" {max(0.0, time.monotonic() - at):.2f} s after the cancellation"
-        )
-        logger.info(
-            "cancelled request %r (scope kind %s, reason %r): %s%s",
-            token.request_id,
-            scope_kind(self.caller),
-            token.reason,
-            outcome,
-            after,
-        )
-
-    def _start_watcher(self) -> None:
-        if self.watcher is None and not self.app_reading and not self.response_done:
-            self.watcher = asyncio.get_running_loop().create_task(self._watch())
-
-    async def _receive(self) -> Message:
-        if not self.replayed:
-            self.replayed = True
-            return {"type": "http.request", "body": self.body, "more_body": False}
-        if self.watcher is None and not self.app_reading:
-            # The app reads the real receive itself: its read is the watch.
-            self.app_reading = True
-            if self.timer is not None:
-                self.timer.cancel()
-            try:
-                await self._next_disconnect()
-            except asyncio.CancelledError:
-                self.app_reading = False
-                self._start_watcher()  # the app stopped listening: keep watching
-                raise
-            await self._on_disconnect()
-            return dict(_DISCONNECT)
-        await self.disconnected.wait()
-        return dict(_DISCONNECT)
-
-    async def _send(self, message: Message) -> None:
-        if message["type"] == "http.response.body":
-            if self.token.cancelled and not self.answer:
-                # What the app answered once cancelled (only then: it costs a scan).
-                body = message.get("body", b"")
-                if _CANCELLED_CODE in body:
-                    self.answer = "cancelled"
-                elif _RESULT in body:
-                    self.answer = "result"
-            if not message.get("more_body", False):
-                self.response_done = True
-        try:
-            await self.send(message)
-        except Exception:
-            if not self.disconnected.is_set():
-                self.disconnected.set()
-                self.token.set_cancelled(DISCONNECT_REASON)
-            raise
-
-    async def _next_disconnect(self) -> None:
-        while True:
-            message = await self.receive()
-            if message.get("type") == "http.disconnect":
-                return
-
-    async def _watch(self) -> None:
-        try:
-            await self._next_disconnect()
-            await self._on_disconnect()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a watcher must never take the request down with it
-            logger.exception("disconnect watcher failed")
-
-    async def _on_disconnect(self) -> None:
-        """The client is gone: flip the token, report the cancellation, arm the kill timer."""
-        if self.response_done or self.disconnected.is_set():
-            return  # the response had ended: not a cancellation
-        self.disconnected.set()
-        # Flip this request's own token, and write no row: a row is keyed (scope, id), so
-        # it would also cancel every other request of the scope using the same id (another
-        # client behind the same address, a retry) though only this one's client left.
-        self.token.set_cancelled(DISCONNECT_REASON)
-        if signals.request_cancelled.receivers:
-            try:
-                signals.request_cancelled.send(
-                    self.middleware.registry,
-                    request_id=self.token.request_id,
-                    scope=self.caller,
-                    reason=DISCONNECT_REASON,
-                    method="disconnect",
-                )
-            except Exception:  # a receiver must not keep the kill timer from being armed
-                logger.exception("request.cancelled receiver failed")
-        timeout = self.middleware.stream_cancel_timeout
-        if timeout is not None and not self.response_done:
-            self.killer = asyncio.get_running_loop().call_later(timeout, self._kill)
-
-    def _kill(self) -> None:
-        task = self.task
-        if task is not None and not task.done() and not self.response_done:
-            self.killed = True
-            task.cancel()

@@ -3,9 +3,9 @@ registry."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..._asgi import Receive, Scope, Send, header, send_response
 from ..._extras import requires
 from .._bridge import Setups
 from .._labels import resolve_key
@@ -19,9 +19,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MetricsApp", "metrics_app"]
 
-_Scope = MutableMapping[str, Any]
-_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 #: Bridges installed by metrics_app, per registry and collector registry (0: private).
 _setups: Setups[PrometheusBridge] = Setups()
@@ -34,7 +31,7 @@ class MetricsApp:
         self.registry = registry  # keeps the registry alive as long as the app is mounted
         self.bridge = bridge
 
-    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             while True:
                 message = await receive()
@@ -47,32 +44,17 @@ class MetricsApp:
             return
         method = scope.get("method", "GET")
         if method not in ("GET", "HEAD"):
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 405,
-                    "headers": [(b"allow", b"GET, HEAD"), (b"content-length", b"0")],
-                }
-            )
-            await send({"type": "http.response.body", "body": b""})
+            await send_response(send, 405, headers=[(b"allow", b"GET, HEAD")])
             return
-        accept = ""
-        for name, value in scope.get("headers") or ():
-            if name.lower() == b"accept":
-                accept = value.decode("latin-1")
-        body, content_type = await self.bridge.render(accept)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", content_type.encode("latin-1")),
-                    (b"content-length", str(len(body)).encode("ascii")),
-                    (b"cache-control", b"no-store"),
-                ],
-            }
+        body, content_type = await self.bridge.render(header(scope, b"accept") or "")
+        await send_response(
+            send,
+            200,
+            body,
+            content_type=content_type.encode("latin-1"),
+            headers=[(b"cache-control", b"no-store")],
+            send_body=method != "HEAD",
         )
-        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
 
 
 def metrics_app(

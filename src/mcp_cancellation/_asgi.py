@@ -1,0 +1,50 @@
+"""ASGI plumbing shared by everything that speaks ASGI here: the middleware, the demo's
+router and the ``/metrics`` app (private).
+
+It sits at the bottom of the package, next to ``_ids`` and ``_config``, so that the
+telemetry layer's ``/metrics`` app uses it without importing the integrations layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+__all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "header", "send_response"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first value of header *name* (lower-case bytes), or ``None``."""
+    for key, value in scope.get("headers") or ():
+        if key == name:
+            text: str = value.decode("latin-1")
+            return text
+    return None
+
+
+async def send_response(
+    send: Send,
+    status: int,
+    body: bytes = b"",
+    *,
+    content_type: bytes | None = None,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+    send_body: bool = True,
+) -> None:
+    """A whole response: start (with its content length) and one body message.
+    *send_body* false answers a ``HEAD``: the headers of the body, without it."""
+    start: list[tuple[bytes, bytes]] = []
+    if content_type is not None:
+        start.append((b"content-type", content_type))
+    start.append((b"content-length", str(len(body)).encode("ascii")))
+    start.extend(headers)
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send(
+        {"type": "http.response.body", "body": body if send_body else b"", "more_body": False}
+    )
