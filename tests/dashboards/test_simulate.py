@@ -14,15 +14,9 @@ import pytest
 from mcp_cancellation import CancellationRegistry
 from mcp_cancellation.__main__ import build_parser
 from mcp_cancellation.demo import build_demo_app
-from mcp_cancellation.simulate import (
-    SimulationConfig,
-    SimulationStats,
-    _address_pool,
-    _parse_messages,
-    _ProgressBar,
-    run,
-    simulate,
-)
+from mcp_cancellation.simulate import SimulationConfig, SimulationStats, run, simulate
+from mcp_cancellation.simulate._traffic import _address_pool, _parse_messages
+from mcp_cancellation.simulate.command import _ProgressBar
 
 from ..support import UvicornThread
 

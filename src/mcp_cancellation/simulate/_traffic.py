@@ -1,68 +1,26 @@
-"""``mcp-cancellation simulate``: well-behaved and abusive cancellation traffic, on loopback.
-
-Drives a server running behind :class:`~mcp_cancellation.CancellationMiddleware` (normally
-``mcp-cancellation demo --trusted-proxy 127.0.0.1``) over raw MCP Streamable HTTP, so that
-its metrics, dashboards and alerts have something to show. Three populations run at once,
-each caller in its own scope through ``X-Forwarded-For`` (addresses from the documentation
-ranges of RFC 5737 and RFC 3849):
-
-* **clients** (``192.0.2.0/24``): each calls ``slow_count`` and, most of the time, cancels
-  its own call with ``notifications/cancelled`` sent on another POST from the same address,
-  as a real client whose user pressed "stop" would. Their ids start at 1, like every SDK
-  client's, so they collide with everyone else's ids, which is harmless across scopes.
-* **flood** (``198.51.100.0/24``, ``203.0.113.0/24`` and ``2001:db8::/32`` /64s): a stream of
-  ``notifications/cancelled`` for ids 1..1000 from many addresses, aimed at other callers'
-  requests. The middleware only records a cancellation for a request in flight in the
-  caller's own scope, so these are answered 202 and ignored: that is the defence working.
-  A small share carries an invalid id, which is rejected (``invalid_request_id``).
-* **hogs** (``192.0.2.200`` and up): each keeps more slow calls in flight in its one scope
-  than the per-scope quota allows and cancels them all in bursts, so its scope sits at the
-  quota and the surplus cancellations are rejected (``quota``, JSON-RPC -32000).
-
-Everything is bounded: the run stops after ``--duration`` seconds or ``--max-requests``
-HTTP requests, whichever comes first (or at SIGINT/SIGTERM, still printing its counts), and
-the URL must be a loopback address: this is a tool for your own test server, not for anyone
-else's.
-
-The server must trust the simulator as a proxy (``--trusted-proxy 127.0.0.1`` on the demo),
-otherwise every request lands in the single scope ``ip:127.0.0.1``.
-"""
+"""The three populations of a simulation (clients, flood, hogs) over raw MCP Streamable
+HTTP, and the budget that bounds them (private)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import dataclasses
-import ipaddress
 import itertools
 import json
-import math
 import random
-import signal
 import sys
 import time
-import urllib.parse
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any
 
-from ._extras import requires
+from .._extras import requires
+from .config import PROTOCOL_VERSION, SimulationConfig, SimulationStats
 
 with requires("mcp", "mcp-cancellation simulate"):
     import httpx
 
-__all__ = [
-    "PROTOCOL_VERSION",
-    "SimulationConfig",
-    "SimulationStats",
-    "add_parser",
-    "run",
-    "simulate",
-]
+__all__ = ["KEEPALIVE_EXPIRY", "Simulation"]
 
-#: The protocol version the simulator speaks: the newest one that still has client-to-server
-#: ``notifications/cancelled`` on HTTP (2026-07-28 cancels by closing the stream instead).
-PROTOCOL_VERSION = "2025-11-25"
 #: JSON-RPC error codes the simulator tells apart.
 REQUEST_CANCELLED = -32800
 QUOTA_REACHED = -32000
@@ -76,94 +34,12 @@ _FLOOD_CONNECTIONS = 32
 KEEPALIVE_EXPIRY = 1.0
 #: Transport errors described on stderr before the simulator only counts them.
 _REPORTED_ERRORS = 20
-_DEFAULT_HOG_CALLS = 24
-_MAX_HOG_CALLS = 400
 
 _HEADERS = {
     "Content-Type": "application/json",
     "Accept": "application/json, text/event-stream",
     "MCP-Protocol-Version": PROTOCOL_VERSION,
 }
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class SimulationConfig:
-    """What to run, for how long. Defaults give a few hundred requests per second."""
-
-    url: str
-    duration: float = 30.0
-    max_requests: int = 200_000
-    clients: int = 4
-    call_seconds: int = 3
-    cancel_share: float = 0.8
-    flood_rate: float = 100.0
-    flood_addresses: int = 500
-    flood_max_id: int = 1000
-    flood_invalid_share: float = 0.02
-    hogs: int = 2
-    #: calls each hog keeps in flight; 0: the server's quota and a half, read from /metrics
-    hog_calls: int = 0
-    hog_tool: str = "stubborn_sleep"
-    hog_call_seconds: float = 20.0
-    hog_interval: float = 0.5
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        _require_loopback(self.url)
-        if not 0 < self.duration <= 3600:
-            raise ValueError("duration must be in (0, 3600] seconds")
-        if self.max_requests < 1:
-            raise ValueError("max_requests must be at least 1")
-        for name in ("clients", "flood_addresses", "hogs", "hog_calls", "flood_max_id"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative")
-        if not 0 <= self.cancel_share <= 1 or not 0 <= self.flood_invalid_share <= 1:
-            raise ValueError("shares must be between 0 and 1")
-        if self.flood_rate < 0 or self.call_seconds <= 0 or self.hog_call_seconds <= 0:
-            raise ValueError("rates and call durations must be positive")
-        if self.hog_interval <= 0:
-            raise ValueError("hog_interval must be positive")
-
-
-@dataclasses.dataclass
-class SimulationStats:
-    """What happened, counted by the simulator (the server's metrics count the same)."""
-
-    requests: int = 0
-    calls_started: int = 0
-    calls_completed: int = 0
-    calls_cancelled: int = 0
-    calls_failed: int = 0
-    cancels_sent: int = 0
-    cancels_accepted: int = 0
-    quota_rejected: int = 0
-    invalid_rejected: int = 0
-    flood_sent: int = 0
-    flood_ignored: int = 0
-    hog_calls: int = 0
-    transport_errors: int = 0
-    http_errors: int = 0
-    elapsed: float = 0.0
-
-    def as_dict(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
-
-
-def _require_loopback(url: str) -> None:
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    host = parts.hostname
-    if host == "localhost":
-        return
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise ValueError(
-            f"refusing to send simulated attack traffic to a non-loopback host: {host}"
-        )
 
 
 def _address_pool(count: int) -> list[str]:
@@ -233,7 +109,7 @@ def _parse_messages(response: httpx.Response, body: bytes) -> list[dict[str, Any
     return messages
 
 
-class _Simulation:
+class Simulation:
     def __init__(
         self, config: SimulationConfig, hog_calls: int, stop: asyncio.Event | None = None
     ) -> None:
@@ -482,160 +358,3 @@ async def _finish(task: asyncio.Task[None], stop: asyncio.Event | None = None) -
         if not task.done():
             task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-
-
-async def simulate(
-    config: SimulationConfig,
-    *,
-    on_progress: Callable[[SimulationStats, float], None] | None = None,
-    stop: asyncio.Event | None = None,
-) -> SimulationStats:
-    """Run the simulation described by *config* and return what it counted.
-
-    Setting *stop* ends the run early, as cleanly as reaching its time limit does.
-    """
-    hog_calls = config.hog_calls
-    if hog_calls == 0 and config.hogs:
-        quota = await server_quota(config.url)
-        hog_calls = (
-            _DEFAULT_HOG_CALLS if quota is None else min(_MAX_HOG_CALLS, quota + quota // 2 + 2)
-        )
-    simulation = _Simulation(config, hog_calls, stop)
-    await simulation.run(on_progress)
-    return simulation.stats
-
-
-async def _main(
-    config: SimulationConfig, on_progress: Callable[[SimulationStats, float], None]
-) -> SimulationStats:
-    """:func:`simulate`, stopped early and cleanly (counts printed) by SIGINT or SIGTERM."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    handled = []
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signum, stop.set)
-            handled.append(signum)
-    try:
-        return await simulate(config, on_progress=on_progress, stop=stop)
-    finally:
-        for signum in handled:
-            loop.remove_signal_handler(signum)
-
-
-async def server_quota(url: str) -> int | None:
-    """The server's ``max_rows_per_scope``, read from ``/metrics`` next to *url*, if any."""
-    metrics = urllib.parse.urljoin(url, "/metrics")
-    try:
-        async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
-            response = await client.get(metrics)
-    except httpx.HTTPError:
-        return None
-    if response.status_code != 200:
-        return None
-    for line in response.text.splitlines():
-        name, _, value = line.partition(" ")
-        if name == "mcp_cancellation_max_rows_per_scope":
-            try:
-                quota = float(value)
-            except ValueError:
-                return None
-            return int(quota) if math.isfinite(quota) and quota >= 1 else None
-    return None
-
-
-class _ProgressBar:
-    """A one-line progress bar on a terminal (redrawn in place), silent elsewhere."""
-
-    def __init__(self, stream: TextIO, width: int = 30) -> None:
-        self.stream = stream
-        self.width = width
-        self.enabled = stream.isatty()
-
-    def __call__(self, stats: SimulationStats, fraction: float) -> None:
-        if not self.enabled:
-            return
-        filled = int(self.width * fraction)
-        bar = "#" * filled + "-" * (self.width - filled)
-        line = (
-            f"\r[{bar}] {stats.elapsed:5.1f}s  calls {stats.calls_started}"
-            f"  cancelled {stats.calls_cancelled}  flood {stats.flood_sent}"
-            f"  quota-rejected {stats.quota_rejected}"
-        )
-        self.stream.write(line)
-        if fraction >= 1.0:
-            self.stream.write("\n")
-        self.stream.flush()
-
-
-def add_parser(subparsers: Any) -> None:
-    """Register ``simulate`` on the ``mcp-cancellation`` command."""
-    defaults = SimulationConfig(url="http://127.0.0.1:8000/mcp")
-    parser: argparse.ArgumentParser = subparsers.add_parser(
-        "simulate",
-        help="send well-behaved and abusive cancellation traffic to a local server",
-        description=(
-            "Drive a local MCP server behind CancellationMiddleware (e.g. `mcp-cancellation "
-            "demo --trusted-proxy 127.0.0.1`) with well-behaved clients, a flood of "
-            "notifications/cancelled from many addresses (X-Forwarded-For) and scopes that "
-            "hog their quota. Loopback URLs only; bounded in time and requests."
-        ),
-    )
-    arg = parser.add_argument
-    arg("--url", required=True, help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
-    arg("--duration", type=float, default=defaults.duration, help="seconds (default %(default)s)")
-    arg("--max-requests", type=int, default=defaults.max_requests, help="HTTP request budget")
-    arg("--clients", type=int, default=defaults.clients, help="well-behaved clients")
-    arg("--call-seconds", type=int, default=defaults.call_seconds, help="slow_count length")
-    arg("--flood-rate", type=float, default=defaults.flood_rate, help="flood notifications/s")
-    arg("--flood-addresses", type=int, default=defaults.flood_addresses, help="flood sources")
-    arg("--hogs", type=int, default=defaults.hogs, help="scopes that sit at their quota")
-    arg(
-        "--hog-calls",
-        type=int,
-        default=defaults.hog_calls,
-        help="calls each hog keeps in flight (default: 1.5 x the server's quota, from /metrics)",
-    )
-    arg("--hog-tool", default=defaults.hog_tool, help="a tool that ignores cancellation polls")
-    arg("--hog-call-seconds", type=float, default=defaults.hog_call_seconds, help="its length")
-    arg("--seed", type=int, default=None, help="random seed, for repeatable runs")
-    arg("--json", action="store_true", help="print the final counts as JSON on stdout")
-    arg("--no-progress", action="store_true", help="no progress bar")
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run the simulation from parsed arguments; 0 when the server answered throughout."""
-    try:
-        config = SimulationConfig(
-            url=args.url,
-            duration=args.duration,
-            max_requests=args.max_requests,
-            clients=args.clients,
-            call_seconds=args.call_seconds,
-            flood_rate=args.flood_rate,
-            flood_addresses=args.flood_addresses,
-            hogs=args.hogs,
-            hog_calls=args.hog_calls,
-            hog_tool=args.hog_tool,
-            hog_call_seconds=args.hog_call_seconds,
-            seed=args.seed,
-        )
-    except ValueError as exc:
-        print(f"mcp-cancellation simulate: {exc}", file=sys.stderr)
-        return 2
-    bar = _ProgressBar(sys.stderr)
-    if args.no_progress:
-        bar.enabled = False
-    stats = asyncio.run(_main(config, bar))
-    if args.json:
-        print(json.dumps(stats.as_dict(), sort_keys=True))
-    else:
-        width = max(len(name) for name in stats.as_dict())
-        for name, value in stats.as_dict().items():
-            shown = f"{value:.1f}" if isinstance(value, float) else str(value)
-            print(f"{name.replace('_', ' '):<{width}}  {shown}")
-    if stats.calls_started == 0 or stats.transport_errors > stats.requests // 10:
-        print("mcp-cancellation simulate: the server did not answer", file=sys.stderr)
-        return 1
-    return 0

@@ -1,0 +1,183 @@
+"""Running a simulation: :func:`simulate`, and the ``mcp-cancellation simulate`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import signal
+import sys
+import urllib.parse
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from .._extras import requires
+from ._traffic import Simulation
+from .config import SimulationConfig, SimulationStats
+
+with requires("mcp", "mcp-cancellation simulate"):
+    import httpx
+
+__all__ = ["add_parser", "run", "server_quota", "simulate"]
+
+_DEFAULT_HOG_CALLS = 24
+_MAX_HOG_CALLS = 400
+
+
+async def simulate(
+    config: SimulationConfig,
+    *,
+    on_progress: Callable[[SimulationStats, float], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> SimulationStats:
+    """Run the simulation described by *config* and return what it counted.
+
+    Setting *stop* ends the run early, as cleanly as reaching its time limit does.
+    """
+    hog_calls = config.hog_calls
+    if hog_calls == 0 and config.hogs:
+        quota = await server_quota(config.url)
+        hog_calls = (
+            _DEFAULT_HOG_CALLS if quota is None else min(_MAX_HOG_CALLS, quota + quota // 2 + 2)
+        )
+    simulation = Simulation(config, hog_calls, stop)
+    await simulation.run(on_progress)
+    return simulation.stats
+
+
+async def _main(
+    config: SimulationConfig, on_progress: Callable[[SimulationStats, float], None]
+) -> SimulationStats:
+    """:func:`simulate`, stopped early and cleanly (counts printed) by SIGINT or SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    handled = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, stop.set)
+            handled.append(signum)
+    try:
+        return await simulate(config, on_progress=on_progress, stop=stop)
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+
+
+async def server_quota(url: str) -> int | None:
+    """The server's ``max_rows_per_scope``, read from ``/metrics`` next to *url*, if any."""
+    metrics = urllib.parse.urljoin(url, "/metrics")
+    try:
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
+            response = await client.get(metrics)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    for line in response.text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "mcp_cancellation_max_rows_per_scope":
+            try:
+                quota = float(value)
+            except ValueError:
+                return None
+            return int(quota) if math.isfinite(quota) and quota >= 1 else None
+    return None
+
+
+class _ProgressBar:
+    """A one-line progress bar on a terminal (redrawn in place), silent elsewhere."""
+
+    def __init__(self, stream: TextIO, width: int = 30) -> None:
+        self.stream = stream
+        self.width = width
+        self.enabled = stream.isatty()
+
+    def __call__(self, stats: SimulationStats, fraction: float) -> None:
+        if not self.enabled:
+            return
+        filled = int(self.width * fraction)
+        bar = "#" * filled + "-" * (self.width - filled)
+        line = (
+            f"\r[{bar}] {stats.elapsed:5.1f}s  calls {stats.calls_started}"
+            f"  cancelled {stats.calls_cancelled}  flood {stats.flood_sent}"
+            f"  quota-rejected {stats.quota_rejected}"
+        )
+        self.stream.write(line)
+        if fraction >= 1.0:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register ``simulate`` on the ``mcp-cancellation`` command."""
+    defaults = SimulationConfig(url="http://127.0.0.1:8000/mcp")
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "simulate",
+        help="send well-behaved and abusive cancellation traffic to a local server",
+        description=(
+            "Drive a local MCP server behind CancellationMiddleware (e.g. `mcp-cancellation "
+            "demo --trusted-proxy 127.0.0.1`) with well-behaved clients, a flood of "
+            "notifications/cancelled from many addresses (X-Forwarded-For) and scopes that "
+            "hog their quota. Loopback URLs only; bounded in time and requests."
+        ),
+    )
+    arg = parser.add_argument
+    arg("--url", required=True, help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
+    arg("--duration", type=float, default=defaults.duration, help="seconds (default %(default)s)")
+    arg("--max-requests", type=int, default=defaults.max_requests, help="HTTP request budget")
+    arg("--clients", type=int, default=defaults.clients, help="well-behaved clients")
+    arg("--call-seconds", type=int, default=defaults.call_seconds, help="slow_count length")
+    arg("--flood-rate", type=float, default=defaults.flood_rate, help="flood notifications/s")
+    arg("--flood-addresses", type=int, default=defaults.flood_addresses, help="flood sources")
+    arg("--hogs", type=int, default=defaults.hogs, help="scopes that sit at their quota")
+    arg(
+        "--hog-calls",
+        type=int,
+        default=defaults.hog_calls,
+        help="calls each hog keeps in flight (default: 1.5 x the server's quota, from /metrics)",
+    )
+    arg("--hog-tool", default=defaults.hog_tool, help="a tool that ignores cancellation polls")
+    arg("--hog-call-seconds", type=float, default=defaults.hog_call_seconds, help="its length")
+    arg("--seed", type=int, default=None, help="random seed, for repeatable runs")
+    arg("--json", action="store_true", help="print the final counts as JSON on stdout")
+    arg("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the simulation from parsed arguments; 0 when the server answered throughout."""
+    try:
+        config = SimulationConfig(
+            url=args.url,
+            duration=args.duration,
+            max_requests=args.max_requests,
+            clients=args.clients,
+            call_seconds=args.call_seconds,
+            flood_rate=args.flood_rate,
+            flood_addresses=args.flood_addresses,
+            hogs=args.hogs,
+            hog_calls=args.hog_calls,
+            hog_tool=args.hog_tool,
+            hog_call_seconds=args.hog_call_seconds,
+            seed=args.seed,
+        )
+    except ValueError as exc:
+        print(f"mcp-cancellation simulate: {exc}", file=sys.stderr)
+        return 2
+    bar = _ProgressBar(sys.stderr)
+    if args.no_progress:
+        bar.enabled = False
+    stats = asyncio.run(_main(config, bar))
+    if args.json:
+        print(json.dumps(stats.as_dict(), sort_keys=True))
+    else:
+        width = max(len(name) for name in stats.as_dict())
+        for name, value in stats.as_dict().items():
+            shown = f"{value:.1f}" if isinstance(value, float) else str(value)
+            print(f"{name.replace('_', ' '):<{width}}  {shown}")
+    if stats.calls_started == 0 or stats.transport_errors > stats.requests // 10:
+        print("mcp-cancellation simulate: the server did not answer", file=sys.stderr)
+        return 1
+    return 0
