@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
-from typing import Any
 
 import pytest
 
 from mcp_cancellation import CancellationRegistry, MemoryStorage, Storage
 
-from .support import RedisServer, ServerLog, server_log_tails
+from .support import RedisServer, Registries, ServerLog, server_log_tails
 
 BACKENDS = ["memory", "redis"]
 
@@ -66,22 +65,11 @@ def make_storage(backend: str, request: pytest.FixtureRequest) -> Callable[[], S
 
 
 @pytest.fixture
-async def make_registry(make_storage: Callable[[], Storage]) -> AsyncIterator[MakeRegistry]:
-    """Build registries on the current backend; all are closed after the test.
-
-    The janitor is off unless a test asks for it, so tests decide when cleanup runs.
-    """
-    made: list[CancellationRegistry] = []
-
-    def make(**kwargs: Any) -> CancellationRegistry:
-        kwargs.setdefault("janitor_interval", None)
-        registry = CancellationRegistry(make_storage(), **kwargs)
-        made.append(registry)
-        return registry
-
-    yield make
-    for registry in made:
-        await registry.aclose()
+async def make_registry(make_storage: Callable[..., Storage]) -> AsyncIterator[MakeRegistry]:
+    """Build registries on the current backend; all are closed after the test."""
+    registries = Registries(make_storage)
+    yield registries
+    await registries.aclose()
 
 
 @pytest.fixture

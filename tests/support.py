@@ -20,10 +20,11 @@ from typing import Any, ClassVar
 
 import uvicorn
 
-from mcp_cancellation import CancellationRegistry, StorageStats
+from mcp_cancellation import CancellationRegistry, Storage, StorageStats
 
 __all__ = [
     "RedisServer",
+    "Registries",
     "stats_now",
     "ServerLog",
     "UvicornThread",
@@ -81,6 +82,30 @@ def server_log_tails() -> list[tuple[str, str]]:
     return [(f"log of {log.name} ({log.path})", log.tail() or "(empty)") for log in logs]
 
 
+class Registries:
+    """Builds registries over storages from *make_storage* for one test, then closes them.
+
+    ``registries(storage={...}, **limits)``: storage options go to *make_storage*, the rest
+    to the registry. The janitor is off unless asked for, so tests decide when cleanup runs.
+    """
+
+    def __init__(self, make_storage: Callable[..., Storage]) -> None:
+        self._make_storage = make_storage
+        self.made: list[CancellationRegistry] = []
+
+    def __call__(
+        self, storage: dict[str, Any] | None = None, **kwargs: Any
+    ) -> CancellationRegistry:
+        kwargs.setdefault("janitor_interval", None)
+        registry = CancellationRegistry(self._make_storage(**(storage or {})), **kwargs)
+        self.made.append(registry)
+        return registry
+
+    async def aclose(self) -> None:
+        for registry in self.made:
+            await registry.aclose()
+
+
 def stats_now(registry: CancellationRegistry) -> StorageStats:
     """The row counts of a registry whose storage answers without waiting (memory)."""
     stats = registry.storage.stats_nowait()
@@ -117,6 +142,17 @@ async def async_wait_until(predicate: Any, within: float = 10.0, interval: float
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {within}s: {predicate!r}")
         await asyncio.sleep(interval)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Terminate *process*, then kill it if it has not exited within 10 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a hung shutdown
+            process.kill()
+            process.wait(timeout=10)
 
 
 def start_on_free_port(
@@ -240,15 +276,9 @@ class RedisServer:
         return False
 
     def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.process = None
+        if self.process is not None:
+            stop_process(self.process)
+            self.process = None
 
     def close(self) -> None:
         self.stop()

@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from ..support import ServerLog, start_on_free_port
+from ..support import ServerLog, start_on_free_port, stop_process
 
-__all__ = ["DemoProcess", "PrometheusServer", "binary", "stop"]
+__all__ = ["DemoProcess", "PrometheusServer", "binary", "stop_process"]
 
 
 def binary(name: str) -> str:
@@ -27,16 +27,6 @@ def binary(name: str) -> str:
     if path is None:  # pragma: no cover - ./dev test installs it
         raise RuntimeError(f"{name} is not installed; run ./dev test (apt-get install prometheus)")
     return path
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            process.kill()
-            process.wait(timeout=10)
 
 
 def _answers(url: str) -> bool:
@@ -78,7 +68,7 @@ class DemoProcess:
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
-            stop(self.process)
+            stop_process(self.process)
 
 
 class PrometheusServer:
@@ -139,7 +129,7 @@ class PrometheusServer:
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
-            stop(self.process)
+            stop_process(self.process)
         self.log.close()
         self.server_log.keep()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -34,7 +34,7 @@ from mcp_cancellation import dashboards
 from ..support import ServerLog, project_root, wait_until
 from ._render import render
 from ._rules import load_dashboard, rules_with_short_for
-from ._servers import DemoProcess, PrometheusServer, stop
+from ._servers import DemoProcess, PrometheusServer, stop_process
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(110)]
 
@@ -146,7 +146,7 @@ def test_dashboards_and_alerts_against_real_prometheus(tmp_path: Path) -> None:
             try:
                 out, _ = simulator.communicate(timeout=30)
             finally:
-                stop(simulator)
+                stop_process(simulator)
         end = time.time()
         assert simulator.returncode == 0, (tmp_path / "simulate.log").read_text()
         stats = json.loads(out)

@@ -12,6 +12,7 @@ run on the server thread, the tests on their own loop):
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -212,7 +213,7 @@ Serve = Callable[..., Harness]
 @pytest.fixture
 def serve() -> Iterator[Serve]:
     """Start servers: ``serve(flavour="sdk"|"fastmcp", json_response=..., **middleware)``."""
-    started: list[tuple[UvicornThread, CancellationRegistry, Any]] = []
+    stack = contextlib.ExitStack()
 
     def start(
         flavour: str = "sdk",
@@ -249,15 +250,12 @@ def serve() -> Iterator[Serve]:
         def record(sender: Any, **kwargs: Any) -> None:
             harness.cancellations.append(kwargs)
 
-        sig.request_cancelled.connect(record, sender=registry, weak=False)
-        started.append((server, registry, record))
-        server.start()
+        stack.enter_context(sig.request_cancelled.connected_to(record, sender=registry))
+        stack.enter_context(server)  # started now, stopped after the test
         return harness
 
-    yield start
-    for server, registry, record in started:
-        server.stop()
-        sig.request_cancelled.disconnect(record, sender=registry)
+    with stack:
+        yield start
 
 
 @pytest.fixture
@@ -312,3 +310,32 @@ def final_message(response: httpx.Response) -> dict[str, Any]:
     messages = [m for m in jsonrpc_messages(response) if "result" in m or "error" in m]
     assert len(messages) == 1, response.text
     return messages[0]
+
+
+async def start_and_cancel(
+    harness: Any,
+    starter: httpx.AsyncClient,
+    canceller: httpx.AsyncClient,
+    start_headers: dict[str, str],
+    cancel_headers: dict[str, str],
+) -> dict[str, Any]:
+    """Start a 1 s ``poll`` as *starter*, send a cancel as *canceller*, release; the answer."""
+    answers: list[httpx.Response] = []
+
+    async def call() -> None:
+        answers.append(
+            await starter.post(
+                harness.url,
+                json=call_body("job", "poll", {"seconds": 1}),
+                headers={**SSE_AND_JSON, **start_headers},
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await harness.wait_started()
+        response = await canceller.post(
+            harness.url, json=cancel_body("job"), headers={**SSE_AND_JSON, **cancel_headers}
+        )
+        assert response.status_code == 202
+    return final_message(answers[0])

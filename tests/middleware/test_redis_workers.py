@@ -27,33 +27,37 @@ async def test_cancel_on_one_worker_stops_call_on_another(
         )
         for _ in range(2)
     ]
-    worker_a = serve("sdk", json_response=True, registry=registries[0])
-    worker_b = serve("sdk", json_response=True, registry=registries[1])
-    answers: list[httpx.Response] = []
+    try:
+        worker_a = serve("sdk", json_response=True, registry=registries[0])
+        worker_b = serve("sdk", json_response=True, registry=registries[1])
+        answers: list[httpx.Response] = []
 
-    async def call() -> None:
-        answers.append(
-            await http.post(
-                worker_a.url,
-                json=call_body("shared", "poll", {"seconds": 30}),
-                headers=SSE_AND_JSON,
+        async def call() -> None:
+            answers.append(
+                await http.post(
+                    worker_a.url,
+                    json=call_body("shared", "poll", {"seconds": 30}),
+                    headers=SSE_AND_JSON,
+                )
             )
-        )
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(call)
-        await worker_a.wait_started()
-        response = await http.post(
-            worker_b.url, json=cancel_body("shared", "elsewhere"), headers=SSE_AND_JSON
-        )
-        assert response.status_code == 202
-    answer = final_message(answers[0])
-    assert answer["error"]["code"] == REQUEST_CANCELLED
-    assert answer["error"]["data"] == {"reason": "elsewhere"}
-    assert worker_b.cancellations[0]["scope"] == "ip:127.0.0.1"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await worker_a.wait_started()
+            response = await http.post(
+                worker_b.url, json=cancel_body("shared", "elsewhere"), headers=SSE_AND_JSON
+            )
+            assert response.status_code == 202
+        answer = final_message(answers[0])
+        assert answer["error"]["code"] == REQUEST_CANCELLED
+        assert answer["error"]["data"] == {"reason": "elsewhere"}
+        assert worker_b.cancellations[0]["scope"] == "ip:127.0.0.1"
 
-    async def empty() -> bool:
-        stats = await registries[1].stats()
-        return stats.total_rows == 0 and stats.total_in_flight == 0
+        async def empty() -> bool:
+            stats = await registries[1].stats()
+            return stats.total_rows == 0 and stats.total_in_flight == 0
 
-    await async_wait_until(empty, within=10)
+        await async_wait_until(empty, within=10)
+    finally:
+        for registry in registries:
+            await registry.aclose()  # its storage's connections and background tasks

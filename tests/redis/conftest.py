@@ -14,7 +14,7 @@ from redis.asyncio.connection import Connection
 from mcp_cancellation import CancellationRegistry, Storage
 from mcp_cancellation.storage.redis import RedisStorage
 
-from ..support import RedisServer, async_wait_until
+from ..support import RedisServer, Registries, async_wait_until
 
 MakeStorage = Callable[..., RedisStorage]
 MakeRegistry = Callable[..., CancellationRegistry]
@@ -77,17 +77,9 @@ async def make_storage(server: RedisServer, prefix: str) -> AsyncIterator[MakeSt
 @pytest.fixture
 async def make_registry(make_storage: MakeStorage) -> AsyncIterator[MakeRegistry]:
     """Registries over new storages (a worker each); storage options go in ``storage=``."""
-    made: list[CancellationRegistry] = []
-
-    def make(storage: dict[str, Any] | None = None, **kwargs: Any) -> CancellationRegistry:
-        kwargs.setdefault("janitor_interval", None)
-        registry = CancellationRegistry(make_storage(**(storage or {})), **kwargs)
-        made.append(registry)
-        return registry
-
-    yield make
-    for registry in made:
-        await registry.aclose()
+    registries = Registries(make_storage)
+    yield registries
+    await registries.aclose()
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from ..support import (
     async_wait_until,
     project_root,
     start_on_free_port,
+    stop_process,
 )
 
 pytestmark = [pytest.mark.redis, pytest.mark.e2e]
@@ -88,13 +89,7 @@ class Worker:
         self.process.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
         self.log.close()
         self.server_log.keep()
         os.unlink(self.log.name)

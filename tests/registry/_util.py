@@ -43,8 +43,5 @@ class Received:
 def receiving(signal: Signal) -> Iterator[Received]:
     """Connect a recording receiver to *signal* for the block."""
     received = Received()
-    signal.connect(received, weak=False)
-    try:
+    with signal.connected_to(received):
         yield received
-    finally:
-        signal.disconnect(received)

@@ -232,16 +232,13 @@ async def test_40_scopes_of_256_over_a_10000_cap_all_keep_inserting(
         assert isinstance(kwargs["count"], int)
         evicted_total += kwargs["count"]
 
-    cancellation_evicted.connect(count, weak=False)
-    try:
+    with cancellation_evicted.connected_to(count):
         # 40 busy clients at once, one cancellation each per round: every insert must
         # succeed, since each scope stays under its own quota; the cap evicts instead.
         for request_id in range(256):
             await asyncio.gather(*(registry.cancel(request_id, scope=s) for s in scopes))
             inserted += len(scopes)
             assert inserted - evicted_total <= 10_000
-    finally:
-        cancellation_evicted.disconnect(count)
     counts = await rows(registry)
     assert sum(counts.values()) == inserted - evicted_total <= 10_000
     assert evicted_total > 0

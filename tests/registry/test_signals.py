@@ -118,12 +118,9 @@ async def test_receivers_can_filter_by_sender(make_registry: MakeRegistry) -> No
     def receiver(sender: object, **kwargs: Any) -> None:
         seen.append(kwargs["request_id"])
 
-    request_cancelled.connect(receiver, sender=mine)
-    try:
+    with request_cancelled.connected_to(receiver, sender=mine):
         await mine.cancel(1, scope="s")
         await other.cancel(2, scope="s")
-    finally:
-        request_cancelled.disconnect(receiver, sender=mine)
     assert seen == ["1"]
 
 

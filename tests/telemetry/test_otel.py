@@ -131,11 +131,8 @@ async def test_cleanup_span_spans_the_pass(
     def capture(sender: object, **kwargs: Any) -> None:
         sent.append(kwargs)
 
-    signals.cancellation_cleanup.connect(capture, sender=registry)
-    try:
+    with signals.cancellation_cleanup.connected_to(capture, sender=registry):
         assert await registry.cleanup(ttl=1e-9) == (3, 1)
-    finally:
-        signals.cancellation_cleanup.disconnect(capture)
     (span,) = by_name(span_exporter.get_finished_spans(), otel.SPAN_CLEANUP)
     (signal,) = sent
     assert span.start_time == signal["start_time_ns"]

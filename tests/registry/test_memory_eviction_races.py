@@ -1,4 +1,5 @@
-"""Review findings on the registry and its storages: each test pins a bug that was fixed."""
+"""The memory storage under evictions: a read or a clear racing an eviction sees the
+surviving rows, and evicted rows are freed even when every insert evicts."""
 
 from __future__ import annotations
 

@@ -1,0 +1,140 @@
+"""Quota and storage outages answer clear JSON-RPC errors, never a 500, and tools still
+stop when their client leaves."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import anyio
+import httpx
+import pytest
+
+from mcp_cancellation import (
+    CancellationRegistry,
+    MemoryStorage,
+    StorageUnavailable,
+)
+from mcp_cancellation.storage.base import AddResult, Limits
+from mcp_cancellation.token import RequestToken
+
+from .conftest import (
+    SSE_AND_JSON,
+    Serve,
+    call_body,
+    cancel_body,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_quota_answers_32000(serve: Serve, http: httpx.AsyncClient) -> None:
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None, max_rows_per_scope=1)
+    harness = serve("sdk", json_response=True, registry=registry)
+    answers: list[httpx.Response] = []
+
+    async def call(request_id: str) -> None:
+        answers.append(
+            await http.post(
+                harness.url, json=call_body(request_id, "hold", {"key": "q"}), headers=SSE_AND_JSON
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call, "a")
+        tg.start_soon(call, "b")
+        await harness.wait_started(2)
+        first = await http.post(harness.url, json=cancel_body("a"), headers=SSE_AND_JSON)
+        assert first.status_code == 202
+        second = await http.post(harness.url, json=cancel_body("b"), headers=SSE_AND_JSON)
+        assert second.status_code == 429
+        assert second.json() == {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": -32000,
+                "message": "Too many outstanding cancellations; try again shortly.",
+            },
+        }
+        harness.log.release("q")
+    await harness.wait_empty()
+
+
+class FlakyStorage(MemoryStorage):
+    """A memory storage whose backend "goes away" on demand (fault injection).
+
+    It fails through the async face only, so it declares itself not synchronous: the
+    registry then uses that face, as it does for any storage behind a server.
+    """
+
+    synchronous = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    async def add(
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        *,
+        limits: Limits,
+        require_in_flight: bool = False,
+    ) -> AddResult:
+        if self.down:
+            raise StorageUnavailable("storage is down")
+        return await super().add(
+            scope, key, reason, limits=limits, require_in_flight=require_in_flight
+        )
+
+    async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
+        if self.down:
+            raise StorageUnavailable("storage is down")
+        await super().track(scope, key, owner, token)
+
+    async def cleanup(self, ttl: float | None, dead_owners: Collection[str]) -> tuple[int, int]:
+        return await super().cleanup(ttl, dead_owners)
+
+
+async def test_storage_down_cancel_answers_error_not_500(
+    serve: Serve, http: httpx.AsyncClient
+) -> None:
+    storage = FlakyStorage()
+    registry = CancellationRegistry(storage, janitor_interval=None)
+    harness = serve("sdk", json_response=True, registry=registry)
+    storage.down = True
+    response = await http.post(harness.url, json=cancel_body(1), headers=SSE_AND_JSON)
+    assert response.status_code == 503
+    assert response.json()["error"] == {
+        "code": -32603,
+        "message": "Cancellation storage unavailable; try again shortly.",
+    }
+    # Requests are still served while the storage is down.
+    response = await http.post(
+        harness.url, json=call_body(2, "echo", {"text": "up"}), headers=SSE_AND_JSON
+    )
+    assert "up" in response.text
+
+
+async def test_storage_down_disconnect_still_stops_the_tool(
+    serve: Serve, http: httpx.AsyncClient
+) -> None:
+    storage = FlakyStorage()
+    registry = CancellationRegistry(storage, janitor_interval=None)
+    harness = serve("sdk", json_response=True, registry=registry, stream_cancel_timeout=None)
+
+    async def call() -> None:
+        await http.post(
+            harness.url, json=call_body("d", "poll", {"seconds": 30}), headers=SSE_AND_JSON
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        (key,) = await harness.wait_started()
+        storage.down = True
+        tg.cancel_scope.cancel()
+    # A disconnect writes nothing to the storage: the token flipped, the tool stopped.
+    assert await harness.wait_outcome(key, "cancelled", "completed") == "cancelled"
+    assert [c["method"] for c in harness.cancellations] == ["disconnect"]
+    storage.down = False
+    await harness.wait_empty()
