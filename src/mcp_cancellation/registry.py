@@ -192,15 +192,8 @@ class CancellationRegistry:
         already holds ``max_rows_per_scope`` rows. ``None`` is a no-op. *method* is carried
         to signal receivers (``"notifications/cancelled"`` when it came from one).
         """
-        if request_id is None:
-            return
-        key, text = self._prepare(request_id, reason, scope)
-        sync = self._sync
-        if sync is not None:  # never waits: no coroutine per layer on the hot path
-            result = sync.add_nowait(scope, key, text, self._limits, False)
-        else:
-            result = await self._storage.add(scope, key, text, limits=self._limits)
-        self._report(result, key, scope, text, method)
+        if request_id is not None:
+            await self._record(request_id, reason, scope, method, False)
 
     async def cancel_in_flight(
         self,
@@ -218,13 +211,19 @@ class CancellationRegistry:
         """
         if request_id is None:
             return False
+        return await self._record(request_id, reason, scope, method, True)
+
+    async def _record(
+        self, request_id: object, reason: object, scope: str, method: str | None, in_flight: bool
+    ) -> bool:
+        """cancel() and cancel_in_flight(): validate, add through the storage, report."""
         key, text = self._prepare(request_id, reason, scope)
         sync = self._sync
-        if sync is not None:
-            result = sync.add_nowait(scope, key, text, self._limits, True)
+        if sync is not None:  # never waits: no coroutine per layer on the hot path
+            result = sync.add_nowait(scope, key, text, self._limits, in_flight)
         else:
             result = await self._storage.add(
-                scope, key, text, limits=self._limits, require_in_flight=True
+                scope, key, text, limits=self._limits, require_in_flight=in_flight
             )
         return self._report(result, key, scope, text, method)
 

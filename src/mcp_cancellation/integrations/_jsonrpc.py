@@ -25,6 +25,7 @@ __all__ = [
     "is_json_content_type",
     "send_accepted",
     "send_error",
+    "send_retry_later",
 ]
 
 
@@ -119,6 +120,11 @@ async def send_error(
         separators=(",", ":"),
     ).encode()
     await send_response(send, status, body, content_type=b"application/json", headers=extra_headers)
+
+
+async def send_retry_later(send: Send, status: int, code: int, message: str) -> None:
+    """A JSON-RPC error that a client may retry in a second (``Retry-After: 1``)."""
+    await send_error(send, status, code, message, extra_headers=[(b"retry-after", b"1")])
 
 
 async def send_accepted(send: Send) -> None:

@@ -320,23 +320,11 @@ class CancellationMiddleware:
             await _jsonrpc.send_error(send, 400, _jsonrpc.INVALID_PARAMS, f"Invalid params: {exc}")
             return
         except CancellationLimitReached:
-            await _jsonrpc.send_error(
-                send,
-                429,
-                _jsonrpc.QUOTA_ERROR,
-                _QUOTA_MESSAGE,
-                extra_headers=[(b"retry-after", b"1")],
-            )
+            await _jsonrpc.send_retry_later(send, 429, _jsonrpc.QUOTA_ERROR, _QUOTA_MESSAGE)
             return
         except StorageUnavailable as exc:
             logger.warning("cancellation not recorded: %s", exc)
-            await _jsonrpc.send_error(
-                send,
-                503,
-                _jsonrpc.INTERNAL_ERROR,
-                _STORAGE_MESSAGE,
-                extra_headers=[(b"retry-after", b"1")],
-            )
+            await _jsonrpc.send_retry_later(send, 503, _jsonrpc.INTERNAL_ERROR, _STORAGE_MESSAGE)
             return
         if header(scope, b"mcp-session-id") is not None:
             # A stateful session: let the SDK see the notification too, so that its own

@@ -128,30 +128,13 @@ class PrometheusBridge(Bridge):
 
     def _make_counters(self) -> None:
         reg = self.collector_registry
-        cancelled = Counter(
-            PREFIX + "cancelled",
-            METRICS[PREFIX + "cancelled_total"].help,
-            ["scope_kind"],
-            registry=None,
-        )
-        rejected = Counter(
-            PREFIX + "rejected",
-            METRICS[PREFIX + "rejected_total"].help,
-            ["scope_kind", "reason"],
-            registry=None,
-        )
-        evicted = Counter(
-            PREFIX + "evicted",
-            METRICS[PREFIX + "evicted_total"].help,
-            ["scope_kind"],
-            registry=None,
-        )
-        cleanup = Counter(
-            PREFIX + "cleanup_removed",
-            METRICS[PREFIX + "cleanup_removed_total"].help,
-            ["table"],
-            registry=None,
-        )
+
+        def make(name: str) -> Counter:  # as the catalogue describes it
+            info = METRICS[PREFIX + name + "_total"]
+            return Counter(PREFIX + name, info.help, list(info.labels), registry=None)
+
+        cancelled, rejected = make("cancelled"), make("rejected")
+        evicted, cleanup = make("evicted"), make("cleanup_removed")
         # Every label combination exists from the start, so rate() sees the first event.
         self._cancelled = {k: cancelled.labels(k) for k in SCOPE_KINDS}
         self._evicted = {k: evicted.labels(k) for k in SCOPE_KINDS}
