@@ -8,7 +8,7 @@ import math
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..._extras import requires
 from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
@@ -18,9 +18,6 @@ from .catalogue import ALL, METRICS, PREFIX
 
 with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):
     from prometheus_client.core import GaugeMetricFamily, Metric
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["GaugeState", "StateCollector", "gauges"]
 
