@@ -1,7 +1,10 @@
 """Blinker signals: the single place the registry reports what happened.
 
-Every signal's sender is the :class:`~mcp_cancellation.CancellationRegistry`. The registry
-sends only when a receiver is connected, so an unobserved registry pays one attribute test.
+The sender of the registry's signals is the :class:`~mcp_cancellation.CancellationRegistry`;
+the sender of ``storage.error`` is the :class:`~mcp_cancellation.storage.Storage` that failed
+(``registry.storage``: a storage also fails in its background tasks, where no registry
+call is involved). Signals are sent only when a receiver is connected, so an unobserved
+registry pays one attribute test.
 
 =========================  ==============================================================
 signal                     keyword arguments
@@ -13,6 +16,9 @@ signal                     keyword arguments
 ``cancellation.evicted``   ``scope``, ``count``
 ``cancellation.rejected``  ``scope``, ``request_id`` (str | None), ``reason``
                            (``"quota"`` or ``"invalid_request_id"``)
+``storage.error``          ``operation`` (one of
+                           :data:`~mcp_cancellation.storage.base.STORAGE_OPERATIONS`),
+                           ``error`` (the exception); sender: the storage
 =========================  ==============================================================
 """
 
@@ -26,6 +32,7 @@ __all__ = [
     "cancellation_rejected",
     "namespace",
     "request_cancelled",
+    "storage_error",
 ]
 
 namespace = Namespace()
@@ -39,4 +46,7 @@ cancellation_evicted = namespace.signal(
 )
 cancellation_rejected = namespace.signal(
     "cancellation.rejected", doc="A cancellation was refused (quota or invalid id)."
+)
+storage_error = namespace.signal(
+    "storage.error", doc="A storage operation failed (the storage did not answer)."
 )

@@ -108,6 +108,7 @@ def test_signals_module() -> None:
         "cancellation_rejected",
         "namespace",
         "request_cancelled",
+        "storage_error",
     ]
 
 

@@ -38,9 +38,29 @@ def test_counters_and_rejections_add_up_across_workers(tmp_path: Path) -> None:
     assert value(parsed, P + "rejected_total", scope_kind="ip", reason="quota") == 8
     assert value(parsed, P + "rejected_total", scope_kind="ip", reason="invalid_request_id") == 0
     # The heavy hitters of every worker are summed.
-    assert series(parsed, P + "scope_rejections") == {frozenset({("scope", "ip:203.0.113.66")}): 8}
+    offender = frozenset({("scope", "ip:203.0.113.66"), ("reason", "quota")})
+    assert series(parsed, P + "scope_rejections") == {offender: 8}
     # Row gauges come from the storage seen by the answering worker: with MemoryStorage,
-    # only its own rows.
-    assert value(parsed, P + "rows", scope_kind="ip") == 0
-    assert value(parsed, P + "rows", scope_kind="principal") == 1
-    assert series(parsed, P + "scope_rows") == {frozenset({("scope", "principal:scraper")}): 1}
+    # only its own rows, labelled as its own table.
+    (storage,) = {dict(labels)["storage"] for labels in series(parsed, P + "rows")}
+    assert storage.startswith("memory://")
+    assert value(parsed, P + "rows", storage=storage, scope_kind="ip") == 0
+    assert value(parsed, P + "rows", storage=storage, scope_kind="principal") == 1
+    assert series(parsed, P + "scope_rows") == {
+        frozenset({("storage", storage), ("scope", "principal:scraper")}): 1
+    }
+    assert value(parsed, P + "storage_up", storage=storage) == 1
+
+
+def test_workers_share_one_selection_of_rejected_scopes(tmp_path: Path) -> None:
+    """Each scrape may reach another worker: they export the same scopes, from one
+    shared selection, so the admission budget holds across workers."""
+    run(tmp_path, "work", "3")
+    first = series(samples(run(tmp_path, "scrape")), P + "scope_rejections")
+    second = series(samples(run(tmp_path, "scrape")), P + "scope_rejections")
+    assert (
+        set(first)
+        == set(second)
+        == {frozenset({("scope", "ip:203.0.113.66"), ("reason", "quota")})}
+    )
+    assert (tmp_path / "mcp_cancellation_exported_scopes.json").exists()

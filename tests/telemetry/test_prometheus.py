@@ -53,6 +53,7 @@ async def scrape(url: str) -> str:
 async def test_scrape_after_real_cancellations_sample_by_sample(make_memory_registry: Any) -> None:
     registry: CancellationRegistry = make_memory_registry(max_rows=12, max_rows_per_scope=3)
     app = metrics_app(registry, top_k=3)
+    ST = registry.storage.identity
     session = f"session:{SESSION_ID}"
     for request_id in (1, 2, 3):  # first, so that its oldest row goes first on eviction
         await registry.cancel(request_id, "stop", "ip:192.0.2.1")
@@ -89,19 +90,21 @@ async def test_scrape_after_real_cancellations_sample_by_sample(make_memory_regi
         assert value(parsed, P + "cleanup_removed_total", table="cancellations") == 0
         assert value(parsed, P + "cleanup_removed_total", table="in_flight") == 0
         for kind, n in {"ip": 5, "session": 3, "principal": 2, "global": 1, "other": 1}.items():
-            assert value(parsed, P + "rows", scope_kind=kind) == n
+            assert value(parsed, P + "rows", storage=ST, scope_kind=kind) == n
         for kind in SCOPE_KINDS:
-            assert value(parsed, P + "in_flight", scope_kind=kind) == (kind == "principal")
-        assert value(parsed, P + "max_rows") == 12
-        assert value(parsed, P + "max_rows_per_scope") == 3
+            assert value(parsed, P + "in_flight", storage=ST, scope_kind=kind) == (
+                kind == "principal"
+            )
+        assert value(parsed, P + "max_rows", storage=ST) == 12
+        assert value(parsed, P + "max_rows_per_scope", storage=ST) == 3
         assert series(parsed, P + "scope_rows") == {
-            frozenset({("scope", session_label(SESSION_ID))}): 3,
-            frozenset({("scope", "ip:192.0.2.1")}): 2,
-            frozenset({("scope", "ip:198.51.100.7")}): 2,
+            frozenset({("storage", ST), ("scope", session_label(SESSION_ID))}): 3,
+            frozenset({("storage", ST), ("scope", "ip:192.0.2.1")}): 2,
+            frozenset({("storage", ST), ("scope", "ip:198.51.100.7")}): 2,
         }
         assert series(parsed, P + "scope_rejections") == {
-            frozenset({("scope", "ip:192.0.2.1")}): 1,
-            frozenset({("scope", "ip:192.0.2.2")}): 1,
+            frozenset({("scope", "ip:192.0.2.1"), ("reason", "quota")}): 1,
+            frozenset({("scope", "ip:192.0.2.2"), ("reason", "invalid_request_id")}): 1,
         }
 
         # A request whose task ended without untracking, then a cleanup of everything.
@@ -112,8 +115,8 @@ async def test_scrape_after_real_cancellations_sample_by_sample(make_memory_regi
     assert value(parsed, P + "cleanup_removed_total", table="cancellations") == 12
     assert value(parsed, P + "cleanup_removed_total", table="in_flight") == 1
     for kind in SCOPE_KINDS:
-        assert value(parsed, P + "rows", scope_kind=kind) == 0
-        assert value(parsed, P + "in_flight", scope_kind=kind) == 0
+        assert value(parsed, P + "rows", storage=ST, scope_kind=kind) == 0
+        assert value(parsed, P + "in_flight", storage=ST, scope_kind=kind) == 0
     assert series(parsed, P + "scope_rows") == {}
     assert value(parsed, P + "cancelled_total", scope_kind="ip") == 6  # counters stay
 
@@ -122,6 +125,7 @@ async def test_flood_from_100k_addresses_keeps_series_bounded(make_memory_regist
     registry: CancellationRegistry = make_memory_registry(max_rows=1_000, max_rows_per_scope=1)
     top_k = 20
     app = metrics_app(registry, top_k=top_k)
+    ST = registry.storage.identity
     offender = "ip:203.0.113.66"
     accepted = rejected = offender_rejected = 0
     for i in range(100_000):
@@ -146,16 +150,19 @@ async def test_flood_from_100k_addresses_keeps_series_bounded(make_memory_regist
     with UvicornThread(app) as server:
         text = await scrape(server.url)
     parsed = samples(text)
-    # Fixed bound: 22 counter series (+22 _created), 5+5 kind gauges, 2 limits, 2*K scopes.
-    assert len(parsed) <= 2 * 22 + 10 + 2 + 2 * top_k
+    # Fixed bound: 34 counter series (+34 _created), 5+5 kind gauges, 2 limits, storage_up,
+    # 2*K scopes.
+    assert len(parsed) <= 2 * 34 + 10 + 2 + 1 + 2 * top_k
     assert len(series(parsed, P + "scope_rows")) <= top_k
     rejections = series(parsed, P + "scope_rejections")
-    assert len(rejections) == top_k
+    # Only the offender is certainly among the top K: no flood address is exported.
+    assert set(rejections) == {frozenset({("scope", offender), ("reason", "quota")})}
     # Space-Saving never underestimates, and a persistent offender is always kept.
-    assert rejections[frozenset({("scope", offender)})] >= offender_rejected
+    offender_series = frozenset({("scope", offender), ("reason", "quota")})
+    assert rejections[offender_series] >= offender_rejected
     assert value(parsed, P + "rejected_total", scope_kind="ip", reason="quota") == rejected
     assert value(parsed, P + "cancelled_total", scope_kind="ip") == accepted
-    rows = value(parsed, P + "rows", scope_kind="ip")
+    rows = value(parsed, P + "rows", storage=ST, scope_kind="ip")
     assert 950 < rows <= 1_000  # the cap evicts in batches of max_rows // 20
     assert value(parsed, P + "evicted_total", scope_kind="ip") == accepted - rows
 
@@ -206,12 +213,14 @@ async def test_bridges_filter_by_sender(make_memory_registry: Any) -> None:
     await second.cancel(1, None, "principal:bob")
     a = samples(generate_latest(one).decode())
     b = samples(generate_latest(two).decode())
+    ST, SB = first.storage.identity, second.storage.identity
+    assert ST != SB  # two tables in one process, two storage label values
     assert value(a, P + "cancelled_total", scope_kind="ip") == 2
     assert value(a, P + "cancelled_total", scope_kind="principal") == 0
     assert value(b, P + "cancelled_total", scope_kind="ip") == 0
     assert value(b, P + "cancelled_total", scope_kind="principal") == 1
-    assert value(a, P + "rows", scope_kind="ip") == 2
-    assert value(b, P + "rows", scope_kind="ip") == 0
+    assert value(a, P + "rows", storage=ST, scope_kind="ip") == 2
+    assert value(b, P + "rows", storage=SB, scope_kind="ip") == 0
 
 
 async def test_install_and_uninstall_are_idempotent(
@@ -270,6 +279,7 @@ def test_bridge_goes_away_with_its_registry() -> None:
 async def test_exposition_matches_metric_names(make_memory_registry: Any) -> None:
     registry: CancellationRegistry = make_memory_registry(max_rows=None)
     app = metrics_app(registry)
+    ST = registry.storage.identity
     await registry.cancel(1, None, "ip:192.0.2.1")
     with pytest.raises(InvalidRequestId):
         await registry.cancel(1.5, None, "ip:192.0.2.1")
@@ -285,7 +295,7 @@ async def test_exposition_matches_metric_names(make_memory_registry: Any) -> Non
                 assert set(sample.labels) == set(info.labels)
     assert exported == METRIC_NAMES
     parsed = samples(body.decode())
-    assert value(parsed, P + "max_rows") == float("inf")  # disabled limits read +Inf
+    assert value(parsed, P + "max_rows", storage=ST) == float("inf")  # disabled limits read +Inf
 
 
 async def test_head_and_other_methods(make_memory_registry: Any) -> None:
@@ -315,6 +325,8 @@ async def test_gauges_with_redis_storage_come_from_awaited_stats(
     registry = CancellationRegistry(storage, janitor_interval=None)
     try:
         app = metrics_app(registry, collector_registry=collector_registry)
+        ST = f"redis://127.0.0.1:{redis_server.port}/0?prefix=telemetry-gauges"
+        assert storage.identity == ST
         await registry.cancel(1, None, "ip:192.0.2.1")
         await registry.cancel(2, None, f"session:{SESSION_ID}")
         # collect() cannot await Redis: before any snapshot there are no row gauges.
@@ -326,17 +338,17 @@ async def test_gauges_with_redis_storage_come_from_awaited_stats(
             text = (await client.get("/metrics")).text
         parsed = samples(text)
         assert SESSION_ID not in text
-        assert value(parsed, P + "rows", scope_kind="ip") == 1
-        assert value(parsed, P + "rows", scope_kind="session") == 1
+        assert value(parsed, P + "rows", storage=ST, scope_kind="ip") == 1
+        assert value(parsed, P + "rows", storage=ST, scope_kind="session") == 1
         assert series(parsed, P + "scope_rows") == {
-            frozenset({("scope", "ip:192.0.2.1")}): 1,
-            frozenset({("scope", session_label(SESSION_ID))}): 1,
+            frozenset({("storage", ST), ("scope", "ip:192.0.2.1")}): 1,
+            frozenset({("storage", ST), ("scope", session_label(SESSION_ID))}): 1,
         }
         # Other exposition paths use the last awaited snapshot.
         await registry.cancel(3, None, "ip:192.0.2.1")
         await app.bridge.refresh()
         plain = samples(generate_latest(collector_registry).decode())
-        assert value(plain, P + "rows", scope_kind="ip") == 2
+        assert value(plain, P + "rows", storage=ST, scope_kind="ip") == 2
         app.bridge.uninstall()
     finally:
         await registry.aclose()
@@ -362,16 +374,31 @@ async def test_scrape_survives_a_redis_outage(caplog: pytest.LogCaptureFixture) 
         )
         try:
             app = metrics_app(registry)
+            ST = registry.storage.identity
             await registry.cancel(1, None, "ip:192.0.2.1")
             body, _ = await app.bridge.render()
-            assert value(samples(body.decode()), P + "rows", scope_kind="ip") == 1
+            parsed = samples(body.decode())
+            assert value(parsed, P + "rows", storage=ST, scope_kind="ip") == 1
+            assert value(parsed, P + "storage_up", storage=ST) == 1
+            errors = P + "storage_errors_total"
+            assert value(parsed, errors, storage=ST, operation="stats") == 0
             redis.stop()
             body, _ = await app.bridge.render()
             parsed = samples(body.decode())
             assert value(parsed, P + "cancelled_total", scope_kind="ip") == 1
-            assert value(parsed, P + "max_rows") == 10_000
+            assert value(parsed, P + "max_rows", storage=ST) == 10_000
             assert series(parsed, P + "rows") == {}  # left out, not stale
-            assert "cancellation stats unavailable" in caplog.text
+            assert value(parsed, P + "storage_up", storage=ST) == 0
+            assert value(parsed, errors, storage=ST, operation="stats") == 1
+            assert "Redis storage unavailable" in caplog.text
+            # It comes back by itself: no restart, no reinstall.
+            redis.start()
+            body, _ = await app.bridge.render()
+            parsed = samples(body.decode())
+            assert value(parsed, P + "storage_up", storage=ST) == 1
+            assert value(parsed, P + "rows", storage=ST, scope_kind="ip") == 0  # data was lost
+            assert value(parsed, errors, storage=ST, operation="stats") == 1
+            assert "Redis storage answers again" in caplog.text
             app.bridge.uninstall()
         finally:
             await registry.aclose()

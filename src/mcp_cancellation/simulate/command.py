@@ -76,8 +76,8 @@ async def server_quota(url: str) -> int | None:
     if response.status_code != 200:
         return None
     for line in response.text.splitlines():
-        name, _, value = line.partition(" ")
-        if name == "mcp_cancellation_max_rows_per_scope":
+        series, _, value = line.rpartition(" ")
+        if series.partition("{")[0] == "mcp_cancellation_max_rows_per_scope":
             try:
                 quota = float(value)
             except ValueError:

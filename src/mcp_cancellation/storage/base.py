@@ -16,16 +16,45 @@ boundary.
 from __future__ import annotations
 
 import abc
+import os
+import socket
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
     from ..token import RequestToken
 
-__all__ = ["AddOutcome", "AddResult", "Limits", "Storage", "StorageStats"]
+__all__ = [
+    "STORAGE_OPERATIONS",
+    "AddOutcome",
+    "AddResult",
+    "Limits",
+    "Storage",
+    "StorageStats",
+]
+
+_HOST: Final = socket.gethostname()
 
 AddOutcome = Literal["recorded", "updated", "not_in_flight", "quota"]
+
+#: The ``operation`` a failed storage call reports (``storage.error`` signal, the
+#: ``mcp_cancellation_storage_errors_total`` counter): the contract's methods, and the
+#: background work of a shared storage (``heartbeat``, ``subscribe``, ``resync``).
+STORAGE_OPERATIONS: Final = (
+    "add",
+    "get",
+    "remove",
+    "track",
+    "untrack",
+    "finish",
+    "is_tracked",
+    "cleanup",
+    "stats",
+    "resync",
+    "heartbeat",
+    "subscribe",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,12 +115,30 @@ class Storage(abc.ABC):
     **Stats.** :meth:`stats` reads row counts per scope; :meth:`stats_nowait` returns them
     without waiting when the storage can (scrape-time collectors call it inside
     ``collect()``), else ``None``.
+
+    **Identity and health.** :attr:`identity` names the table the storage holds, the same
+    in every process that shares it (the ``storage`` label of the table-state gauges, so
+    dashboards count a shared table once). :attr:`available` says whether the storage's
+    last call was answered; a storage that can fail sends
+    :data:`~mcp_cancellation.signals.storage_error` for each failed operation.
     """
 
     #: Short name used in logs and benchmarks.
     name: str = "storage"
     #: Whether the ``*_nowait`` methods are implemented and never wait (see above).
     synchronous: bool = False
+
+    @property
+    def identity(self) -> str:
+        """The table this storage holds: here, this process's own
+        (``<name>://<host>/<pid>``). Shared storages derive it from where the table lives
+        (never from a credential)."""
+        return f"{self.name}://{_HOST}/{os.getpid()}"
+
+    @property
+    def available(self) -> bool:
+        """Whether the storage answered its last call (always, for one in this process)."""
+        return True
 
     def bind(self, instance_id: str) -> None:  # noqa: B027 - optional hook
         """Called once by the registry with its unique instance id (owner ids start with

@@ -11,6 +11,7 @@ rows it evicts plus one pass over the scopes' sizes, never a scan of every row.
 from __future__ import annotations
 
 import heapq
+import itertools
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -38,6 +39,9 @@ _NOT_IN_FLIGHT = AddResult("not_in_flight")
 # max_rows // 20 rows within max_rows // 1280 inserts, long before the next eviction.
 _RELEASE_PER_CALL = 64
 
+# Numbers the memory storages of this process, so that each names its own table.
+_sequence = itertools.count(1)
+
 
 class MemoryStorage(Storage):
     """Rows in this process's memory: fast, and invisible to other workers."""
@@ -48,6 +52,7 @@ class MemoryStorage(Storage):
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
+        self._number = next(_sequence)
         # Per scope, rows in insertion order (= age order). Plain dicts: the first row is a
         # C-level skip over deleted slots, which evictions keep few by rebuilding a scope
         # that loses most of its rows (OrderedDict measured slower here: its iteration
@@ -57,6 +62,13 @@ class MemoryStorage(Storage):
         self._in_flight = InFlightTokens()
         # Rows the cap evicted, awaiting release (see _evict).
         self._graveyard: list[dict[str, _Row] | list[tuple[str, _Row]]] = []
+
+    @property
+    def identity(self) -> str:
+        """This process's table: ``memory://<host>/<pid>``, with ``/<n>`` for the n-th
+        memory storage of the process after the first."""
+        base = super().identity
+        return base if self._number == 1 else f"{base}/{self._number}"
 
     # -- cancellation rows -------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from blinker import ANY
 
+from .. import signals
 from ..errors import ConfigurationError
 from ._guard import disconnect_all
 
@@ -29,6 +30,9 @@ __all__ = ["Bridge", "Receivers", "Setups"]
 
 #: ``(signal, receiver)`` pairs a bridge connects.
 Receivers = list[tuple[Any, Callable[..., None]]]
+
+#: Signals sent by the registry's storage rather than by the registry.
+_STORAGE_SIGNALS = frozenset({signals.storage_error})
 
 
 def _teardown(receivers: Receivers, also: Callable[[], None] | None) -> None:
@@ -87,7 +91,10 @@ class Bridge:
             self._attach()
             receivers = self._receivers()
             for signal, receiver in receivers:
-                signal.connect(receiver, sender=sender, weak=False)
+                source = sender
+                if signal in _STORAGE_SIGNALS and sender is not ANY:
+                    source = sender.storage
+                signal.connect(receiver, sender=source, weak=False)
             if sender is not ANY:
                 self._finalizer = weakref.finalize(
                     sender, _teardown, receivers, self._on_registry_collected()

@@ -107,6 +107,15 @@ class SpaceSaving:
         with self._lock:
             return dict(self._counts)
 
+    def summary(self) -> tuple[list[HeavyHitter], int]:
+        """Every tracked item, and the *floor*: a bound on the count of any item not
+        tracked (the smallest count once the structure is full, else 0)."""
+        with self._lock:
+            entries = [HeavyHitter(i, c, self._errors[i]) for i, c in self._counts.items()]
+            full = len(self._counts) >= self._capacity
+        floor = min((e.estimate for e in entries), default=0) if full else 0
+        return entries, floor
+
     def clear(self) -> None:
         with self._lock:
             self._counts.clear()

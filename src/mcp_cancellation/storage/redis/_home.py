@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from ..._extras import requires
 from ...errors import StorageUnavailable
+from .._health import Health
 
 with requires("redis", "RedisStorage"):
     from redis import exceptions as redis_errors
@@ -50,26 +51,28 @@ class HomeLoop:
     """Runs a storage's calls on its home loop, bounded by *timeout*, errors translated.
 
     *on_call* runs on the home loop before each call (the storage starts its background
-    tasks there).
+    tasks there); *health* hears how each call went.
     """
 
-    def __init__(self, timeout: float, on_call: Callable[[], None]) -> None:
+    def __init__(self, timeout: float, on_call: Callable[[], None], health: Health) -> None:
         self.timeout = timeout
         self._on_call = on_call
+        self.health = health
         self.loop: asyncio.AbstractEventLoop | None = None
         with contextlib.suppress(RuntimeError):
             self.loop = asyncio.get_running_loop()
         self.closed = False
 
-    async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run *fn* on the home loop, bounded by the timeout, translating errors."""
+    async def call(self, fn: Callable[[], Awaitable[T]], operation: str) -> T:
+        """Run *fn* (one storage *operation*) on the home loop, bounded by the timeout,
+        translating errors."""
         loop = asyncio.get_running_loop()
         if self.closed:
             raise StorageUnavailable("the Redis storage is closed")
         if self.loop is None:
             self.loop = loop
         if loop is not self.loop:
-            return await self._forward(fn)
+            return await self._forward(fn, operation)
         self._on_call()
         # redis-py can swallow a cancellation of the calling task (it retries the command,
         # or turns the cancellation into a connection error): a request cancelled during a
@@ -82,16 +85,19 @@ class HomeLoop:
         except UNAVAILABLE as exc:
             if task is not None and task.cancelling() > cancelling:
                 raise asyncio.CancelledError from exc
-            raise StorageUnavailable(f"Redis unavailable: {exc or type(exc).__name__}") from exc
+            error = StorageUnavailable(f"Redis unavailable: {exc or type(exc).__name__}")
+            self.health.failed(operation, error)
+            raise error from exc
+        self.health.answered()
         if task is not None and task.cancelling() > cancelling:
             raise asyncio.CancelledError
         return result
 
-    async def _forward(self, fn: Callable[[], Awaitable[T]]) -> T:
+    async def _forward(self, fn: Callable[[], Awaitable[T]], operation: str) -> T:
         home = self._running_home()
 
         async def run() -> T:
-            return await self.call(fn)
+            return await self.call(fn, operation)
 
         future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(run(), home)
         try:
@@ -100,7 +106,9 @@ class HomeLoop:
                 return await asyncio.wrap_future(future)
         except TimeoutError as exc:
             future.cancel()
-            raise StorageUnavailable("the Redis storage's event loop did not answer") from exc
+            error = StorageUnavailable("the Redis storage's event loop did not answer")
+            self.health.failed(operation, error)
+            raise error from exc
 
     async def at_home(self, fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
         """Run a multi-step operation (cleanup, resync) on the home loop."""

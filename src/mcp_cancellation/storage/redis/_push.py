@@ -149,6 +149,7 @@ class Push:
                     kind = text(message["type"])
                     if kind == "subscribe":
                         self.subscribed = True
+                        self._home.health.answered()
                         delay = self._backoff[0]
                         self._resync_wanted.set()  # messages may have been missed
                     elif kind == "message":
@@ -157,6 +158,7 @@ class Push:
                 raise
             except Exception as exc:  # any failure: reconnect with backoff, never die
                 reraise_cancellation()
+                self._home.health.failed("subscribe", exc)
                 if self.subscribed:
                     logger.warning("Redis pub/sub connection lost: %s", exc)
                 self.subscribed = False
@@ -184,7 +186,8 @@ class Push:
                 previous = await self._home.call(
                     lambda: self._client.set(
                         heartbeat_key, b"1", px=int(self.heartbeat_ms), get=True
-                    )
+                    ),
+                    "heartbeat",
                 )
                 if wanted or previous is None or self._local.owes_releases:
                     await self._resync_entry()
@@ -215,7 +218,7 @@ class Push:
             for scope, key, owner in orphans:
                 args += [to_bytes(scope), to_bytes(key), to_bytes(owner)]
             reasons: Sequence[Any] = await self._home.call(
-                lambda: self._run_script("RESYNC", *args)
+                lambda: self._run_script("RESYNC", *args), "resync"
             )
             self._local.released(orphans)
             # Requests that finished while the script ran: it may have re-tracked them.

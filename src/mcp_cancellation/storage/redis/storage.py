@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from ..._extras import requires
 from ...errors import ConfigurationError, StorageUnavailable
+from .._health import Health
 from .._in_flight import Row
 from ..base import AddResult, Limits, Storage, StorageStats
 from . import _scripts as scripts
@@ -39,13 +40,28 @@ DEFAULT_PREFIX = "mcp-cancellation"
 _SCRIPTS = ("ADD", "TRACK", "UNTRACK", "REMOVE", "FINISH", "RESYNC", "CLEANUP")
 
 
+def _identity(client: Redis, prefix: str) -> str:
+    """Where the table lives, from the client's connection settings (no credentials)."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", None) or {}
+    db = kwargs.get("db", 0)
+    if kwargs.get("path"):
+        return f"unix://{kwargs['path']}?db={db}&prefix={prefix}"
+    host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
+    if ":" in str(host):
+        host = f"[{host}]"
+    return f"redis://{host}:{port}/{db}?prefix={prefix}"
+
+
 class RedisStorage(Storage):
     """Rows in Redis, shared by every worker and node that uses the same prefix.
 
     *client* is a ``redis.asyncio.Redis`` client (prefer ``decode_responses=False`` and
     bounded ``socket_timeout`` / ``socket_connect_timeout``); :meth:`from_url` builds one
     with sensible bounds. *timeout* caps every storage call, retries included.
-    *heartbeat_ttl* is how long a silent worker keeps its in-flight rows.
+    *heartbeat_ttl* is how long a silent worker keeps its in-flight rows. *identity* names
+    the table in metrics (the ``storage`` label); by default it is derived from the
+    server's address, the database and the prefix (see :attr:`identity`).
     """
 
     name = "redis"
@@ -60,6 +76,7 @@ class RedisStorage(Storage):
         cleanup_batch: int = 1000,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
         close_client: bool = False,
+        identity: str | None = None,
     ) -> None:
         if not prefix or "{" in prefix or "}" in prefix:
             raise ConfigurationError("prefix must be non-empty and contain no '{' or '}'")
@@ -67,6 +84,7 @@ class RedisStorage(Storage):
             raise ConfigurationError("timeout, heartbeat_ttl and cleanup_batch must be > 0")
         self._redis = client
         self.prefix = prefix
+        self._identity = identity if identity is not None else _identity(client, prefix)
         self._prefix = to_bytes("{" + prefix + "}:")
         self._routing_key = self._prefix + b"scopes"
         self.timeout = timeout
@@ -80,7 +98,8 @@ class RedisStorage(Storage):
         }
         self._local = LocalRequests()
         self._pending: set[asyncio.Future[Any]] = set()
-        self._home = HomeLoop(timeout, self._on_call)
+        self._health = Health(self, "Redis")
+        self._home = HomeLoop(timeout, self._on_call, self._health)
         self._push = Push(
             client=client,
             home=self._home,
@@ -107,6 +126,7 @@ class RedisStorage(Storage):
         max_connections: int = 50,
         cleanup_batch: int = 1000,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
+        identity: str | None = None,
         **client_kwargs: Any,
     ) -> Self:
         """Connect to ``redis://`` / ``rediss://`` / ``unix://`` *url*.
@@ -138,6 +158,7 @@ class RedisStorage(Storage):
             cleanup_batch=cleanup_batch,
             reconnect_backoff=reconnect_backoff,
             close_client=True,
+            identity=identity,
         )
 
     # -- identity and plumbing -----------------------------------------------------------
@@ -146,6 +167,19 @@ class RedisStorage(Storage):
     def client(self) -> Redis:
         """The underlying ``redis.asyncio`` client."""
         return self._redis
+
+    @property
+    def identity(self) -> str:
+        """The shared table: ``redis://<host>:<port>/<db>?prefix=<prefix>`` (or
+        ``unix://<path>?db=<db>&prefix=<prefix>``), the same in every process that uses
+        this server, database and prefix. Never contains a user name or password. Pass
+        ``identity=`` when processes reach one server under different addresses."""
+        return self._identity
+
+    @property
+    def available(self) -> bool:
+        """Whether Redis answered this storage's last call."""
+        return self._health.available
 
     @property
     def worker_id(self) -> str:
@@ -182,7 +216,7 @@ class RedisStorage(Storage):
 
     async def _run(self, name: str, *args: bytes | str | int) -> Any:
         """One script, on the home loop, bounded and translated."""
-        return await self._home.call(functools.partial(self._script, name, *args))
+        return await self._home.call(functools.partial(self._script, name, *args), name.lower())
 
     # -- cancellation rows -------------------------------------------------------------
 
@@ -217,7 +251,7 @@ class RedisStorage(Storage):
 
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
         value = await self._home.call(
-            lambda: self._redis.hget(self._prefix + b"reasons", member(scope, key))
+            lambda: self._redis.hget(self._prefix + b"reasons", member(scope, key)), "get"
         )
         return (False, None) if value is None else (True, decode_reason(value))
 
@@ -297,7 +331,7 @@ class RedisStorage(Storage):
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         flight = self._prefix + b"f:" + member(scope, key)
-        return bool(await self._home.call(lambda: self._redis.exists(flight)))
+        return bool(await self._home.call(lambda: self._redis.exists(flight), "is_tracked"))
 
     # -- maintenance -------------------------------------------------------------------
 
@@ -340,7 +374,7 @@ class RedisStorage(Storage):
             rows, flights = await pipe.execute()
             return rows, flights
 
-        rows, flights = await self._home.call(read)
+        rows, flights = await self._home.call(read, "stats")
         return StorageStats(
             rows={text(scope): int(n) for scope, n in rows},
             in_flight={text(scope): int(n) for scope, n in flights.items() if int(n) > 0},

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
+import math
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
@@ -12,13 +14,14 @@ from ... import signals
 from ..._extras import requires
 from ...errors import ConfigurationError
 from ...scope import SCOPE_KINDS, scope_kind
-from ...storage.base import StorageStats
+from ...storage.base import STORAGE_OPERATIONS, StorageStats
 from .._bridge import Bridge, Receivers
 from .._guard import never_raise
 from .._heavy_hitters import SpaceSaving
 from .._labels import ScopeLabeler
+from .._stable_top import StableTop
 from .catalogue import METRICS, PREFIX, REJECT_REASONS, TABLES
-from .collector import GaugeState, StateCollector
+from .collector import ITEM_SEPARATOR, GaugeState, StateCollector
 from .multiprocess import MULTIPROC_ENV, HitterFiles, check_multiprocess
 
 with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):
@@ -29,7 +32,10 @@ with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.p
 if TYPE_CHECKING:
     from ...registry import CancellationRegistry
 
-__all__ = ["PrometheusBridge"]
+__all__ = ["REJECTIONS_WINDOW", "PrometheusBridge"]
+
+#: Seconds in which ``scope_rejections`` admits at most ``top_k`` new series.
+REJECTIONS_WINDOW: Final = 120.0
 
 logger = logging.getLogger("mcp_cancellation.telemetry")
 
@@ -55,9 +61,13 @@ class PrometheusBridge(Bridge):
 
     *top_k* bounds the ``scope`` series of each per-scope gauge; the heavy-hitters
     structure keeps ``heavy_hitters_capacity`` counters (default ``10 * top_k``), so a scope
-    with more than ``1/capacity`` of all rejections is always among them. *hash_key* keys
-    the session-scope digests (see ``docs/metrics.md``). *multiprocess_dir* defaults to
-    ``$PROMETHEUS_MULTIPROC_DIR``.
+    with more than ``1/capacity`` of all rejections is always among them, and
+    ``scope_rejections`` exports at most *top_k* of them, at most *top_k* new ones per
+    :data:`REJECTIONS_WINDOW` seconds (see :mod:`.._stable_top`). *hash_key* keys the
+    session-scope digests (see ``docs/metrics.md``). *multiprocess_dir* defaults to
+    ``$PROMETHEUS_MULTIPROC_DIR``. *stats_timeout* bounds the storage read of each
+    :meth:`render`: a storage that does not answer in time is reported down
+    (``storage_up`` 0) and its row gauges are left out, so ``/metrics`` still answers.
     """
 
     def __init__(
@@ -69,6 +79,7 @@ class PrometheusBridge(Bridge):
         heavy_hitters_capacity: int | None = None,
         hash_key: str | bytes | None = None,
         multiprocess_dir: str | None = None,
+        stats_timeout: float = 2.0,
     ) -> None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
             raise ConfigurationError(f"top_k must be a positive integer, not {top_k!r}")
@@ -77,7 +88,13 @@ class PrometheusBridge(Bridge):
             raise ConfigurationError(
                 f"heavy_hitters_capacity must be an integer >= top_k, not {capacity!r}"
             )
+        if not isinstance(stats_timeout, int | float) or not 0 < stats_timeout < math.inf:
+            raise ConfigurationError(f"stats_timeout must be > 0 seconds, not {stats_timeout!r}")
         super().__init__(registry)
+        self.stats_timeout = float(stats_timeout)
+        self._top = StableTop(top_k, REJECTIONS_WINDOW)
+        self._probe_ok: bool | None = None
+        self._storage = registry.storage.identity
         self.collector_registry = collector_registry
         self.top_k = top_k
         self.labeler = ScopeLabeler(hash_key)
@@ -94,6 +111,7 @@ class PrometheusBridge(Bridge):
         self._rejected: dict[tuple[str, str], Counter] = {}
         self._evicted: dict[str, Counter] = {}
         self._cleanup: dict[str, Counter] = {}
+        self._storage_errors: dict[str, Counter] = {}
 
     # -- lifecycle (install/uninstall: see telemetry._bridge) ---------------------------
 
@@ -124,6 +142,7 @@ class PrometheusBridge(Bridge):
             (signals.cancellation_rejected, self._on_rejected),
             (signals.cancellation_evicted, self._on_evicted),
             (signals.cancellation_cleanup, self._on_cleanup),
+            (signals.storage_error, self._on_storage_error),
         ]
 
     def _make_counters(self) -> None:
@@ -135,6 +154,8 @@ class PrometheusBridge(Bridge):
 
         cancelled, rejected = make("cancelled"), make("rejected")
         evicted, cleanup = make("evicted"), make("cleanup_removed")
+        errors = make("storage_errors")
+        self._storage_errors = {o: errors.labels(self._storage, o) for o in STORAGE_OPERATIONS}
         # Every label combination exists from the start, so rate() sees the first event.
         self._cancelled = {k: cancelled.labels(k) for k in SCOPE_KINDS}
         self._evicted = {k: evicted.labels(k) for k in SCOPE_KINDS}
@@ -142,7 +163,7 @@ class PrometheusBridge(Bridge):
             (k, r): rejected.labels(k, r) for k in SCOPE_KINDS for r in REJECT_REASONS
         }
         self._cleanup = {t: cleanup.labels(t) for t in TABLES}
-        self._counters = [cancelled, rejected, evicted, cleanup]
+        self._counters = [cancelled, rejected, evicted, cleanup, errors]
         if reg is not None:
             done: list[Counter] = []
             try:
@@ -172,7 +193,7 @@ class PrometheusBridge(Bridge):
         child = self._rejected.get((scope_kind(scope), reason))
         if child is not None:
             child.inc()
-        self.hitters.add(self.labeler(scope))
+        self.hitters.add(reason + ITEM_SEPARATOR + self.labeler(scope))
         if self._files is not None:
             self._files.mark()
 
@@ -189,6 +210,12 @@ class PrometheusBridge(Bridge):
         if in_flight_removed:
             self._cleanup["in_flight"].inc(in_flight_removed)
 
+    @never_raise
+    def _on_storage_error(self, sender: object, *, operation: str, **_: object) -> None:
+        child = self._storage_errors.get(operation)
+        if child is not None:
+            child.inc()
+
     # -- scrape-time state -------------------------------------------------------------
 
     async def refresh(self) -> StorageStats | None:
@@ -201,12 +228,21 @@ class PrometheusBridge(Bridge):
         if registry is None:
             return None
         try:
-            stats = await registry.stats()
-        except Exception as exc:
-            logger.warning("cancellation stats unavailable for /metrics: %s", exc)
-            self._snapshot = None
+            async with asyncio.timeout(self.stats_timeout):
+                stats = await registry.stats()
+        except TimeoutError:
+            logger.warning(
+                "cancellation stats unavailable for /metrics: no answer in %.1f s",
+                self.stats_timeout,
+            )
+            self._storage_errors["stats"].inc()
+            self._probe_ok, self._snapshot = False, None
             return None
-        self._snapshot = stats
+        except Exception as exc:
+            logger.debug("cancellation stats unavailable for /metrics: %s", exc)
+            self._probe_ok, self._snapshot = False, None
+            return None
+        self._probe_ok, self._snapshot = True, stats
         return stats
 
     def _stats(self) -> StorageStats | None:
@@ -224,12 +260,18 @@ class PrometheusBridge(Bridge):
         registry = self._registry_ref() if self._registry_ref is not None else None
         if registry is None:
             return None
-        counts = self._files.merged() if self._files is not None else self.hitters.snapshot()
+        if self._files is not None:
+            rejections = self._files.select(self._top)
+        else:
+            rejections = self._top.select(*self.hitters.summary())
+        storage = registry.storage
         return GaugeState(
+            storage=self._storage,
+            up=storage.available and self._probe_ok is not False,
             max_rows=registry.max_rows,
             max_rows_per_scope=registry.max_rows_per_scope,
             stats=self._stats(),
-            rejections=counts,
+            rejections=rejections,
             top_k=self.top_k,
             labeler=self.labeler,
         )

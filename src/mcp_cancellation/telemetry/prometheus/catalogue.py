@@ -8,7 +8,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["METRICS", "METRIC_NAMES", "PREFIX", "REJECT_REASONS", "TABLES", "MetricInfo"]
+__all__ = [
+    "METRICS",
+    "METRIC_NAMES",
+    "PREFIX",
+    "REJECT_REASONS",
+    "TABLES",
+    "TABLE_STATE",
+    "MetricInfo",
+]
 
 PREFIX: Final = "mcp_cancellation_"
 
@@ -53,31 +61,58 @@ ALL: tuple[MetricInfo, ...] = (
         ("table",),
         "Rows removed by cleanup passes: expired cancellations, in_flight rows of dead owners.",
     ),
-    MetricInfo(PREFIX + "rows", "gauge", ("scope_kind",), "Cancellation rows, by scope kind."),
     MetricInfo(
-        PREFIX + "in_flight", "gauge", ("scope_kind",), "In-flight request rows, by scope kind."
+        PREFIX + "storage_errors_total",
+        "counter",
+        ("storage", "operation"),
+        "Storage operations that failed (the storage did not answer), by operation.",
+    ),
+    # Table state: the same values from every process that shares one storage, so queries
+    # aggregate max by (storage) before they sum (docs/metrics.md, "A shared table").
+    MetricInfo(
+        PREFIX + "rows",
+        "gauge",
+        ("storage", "scope_kind"),
+        "Cancellation rows of the table, by scope kind.",
     ),
     MetricInfo(
-        PREFIX + "max_rows", "gauge", (), "Global cap on cancellation rows (+Inf: disabled)."
+        PREFIX + "in_flight",
+        "gauge",
+        ("storage", "scope_kind"),
+        "In-flight request rows of the table, by scope kind.",
+    ),
+    MetricInfo(
+        PREFIX + "max_rows",
+        "gauge",
+        ("storage",),
+        "Global cap on cancellation rows (+Inf: disabled).",
     ),
     MetricInfo(
         PREFIX + "max_rows_per_scope",
         "gauge",
-        (),
+        ("storage",),
         "Per-scope quota on cancellation rows (+Inf: disabled).",
     ),
     MetricInfo(
         PREFIX + "scope_rows",
         "gauge",
-        ("scope",),
+        ("storage", "scope"),
         "Cancellation rows of the top K scopes by rows (session scopes hashed).",
+    ),
+    # Per process.
+    MetricInfo(
+        PREFIX + "storage_up",
+        "gauge",
+        ("storage",),
+        "1 while this process's storage answers, 0 while it does not.",
     ),
     MetricInfo(
         PREFIX + "scope_rejections",
         "gauge",
-        ("scope",),
-        "Rejections of the top K rejected scopes since start (Space-Saving estimate, an upper "
-        "bound; session scopes hashed).",
+        ("scope", "reason"),
+        "Rejections since start of the most rejected scopes, by reason (Space-Saving "
+        "estimate, an upper bound; only scopes certainly among the top K, at most K new "
+        "ones per 2 minutes; session scopes hashed).",
     ),
 )
 
@@ -90,3 +125,7 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(METRICS)
 TABLES: Final = ("cancellations", "in_flight")
 #: Values of the ``reason`` label of ``rejected_total``.
 REJECT_REASONS: Final = ("quota", "invalid_request_id")
+#: The gauges that describe the (possibly shared) table, labelled with ``storage``.
+TABLE_STATE: Final = frozenset(
+    PREFIX + n for n in ("rows", "in_flight", "max_rows", "max_rows_per_scope", "scope_rows")
+)

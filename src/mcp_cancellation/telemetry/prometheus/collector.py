@@ -6,32 +6,40 @@ from __future__ import annotations
 import heapq
 import math
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from ..._extras import requires
 from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ...storage.base import StorageStats
+from .._heavy_hitters import HeavyHitter
 from .._labels import ScopeLabeler
 from .catalogue import ALL, METRICS, PREFIX
 
 with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):
     from prometheus_client.core import GaugeMetricFamily, Metric
 
-__all__ = ["GaugeState", "StateCollector", "gauges"]
+__all__ = ["ITEM_SEPARATOR", "GaugeState", "StateCollector", "gauges"]
+
+
+#: Joins a rejection's reason and scope label into one heavy-hitters item.
+ITEM_SEPARATOR = "\x1f"
 
 
 @dataclass(frozen=True, slots=True)
 class GaugeState:
     """What one scrape's gauges are computed from."""
 
+    #: The storage's identity (the ``storage`` label) and whether it answered.
+    storage: str
+    up: bool
     max_rows: int | None
     max_rows_per_scope: int | None
     #: Row counts per scope, or ``None`` when the storage could not be read.
     stats: StorageStats | None
-    #: Rejections per scope label (heavy hitters, summed over processes).
-    rejections: Mapping[str, int]
+    #: The rejected (reason, scope label) items to export, already selected.
+    rejections: Sequence[HeavyHitter]
     top_k: int
     labeler: ScopeLabeler
 
@@ -44,49 +52,52 @@ def _limit(value: int | None) -> float:
     return math.inf if value is None else float(value)
 
 
-def _top(counts: Mapping[str, int], k: int) -> list[tuple[str, int]]:
-    return heapq.nsmallest(k, counts.items(), key=lambda kv: (-kv[1], kv[0]))
-
-
-def _gauge(name: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, METRICS[name].help, labels=labels)
+def _gauge(name: str) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, METRICS[name].help, labels=METRICS[name].labels)
 
 
 def gauges(state: GaugeState) -> Iterator[Metric]:
     """Every gauge family of one scrape."""
+    storage = state.storage
+    up = _gauge(PREFIX + "storage_up")
+    up.add_metric((storage,), 1.0 if state.up else 0.0)
+    yield up
     if state.stats is not None:
-        yield from _row_gauges(state.stats, state.top_k, state.labeler)
-    yield GaugeMetricFamily(
-        PREFIX + "max_rows", METRICS[PREFIX + "max_rows"].help, _limit(state.max_rows)
-    )
-    yield GaugeMetricFamily(
-        PREFIX + "max_rows_per_scope",
-        METRICS[PREFIX + "max_rows_per_scope"].help,
-        _limit(state.max_rows_per_scope),
-    )
-    rejections = _gauge(PREFIX + "scope_rejections", ("scope",))
-    for label, count in _top(state.rejections, state.top_k):
-        rejections.add_metric((label,), count)
+        yield from _row_gauges(storage, state.stats, state.top_k, state.labeler)
+    for name, value in (
+        ("max_rows", state.max_rows),
+        ("max_rows_per_scope", state.max_rows_per_scope),
+    ):
+        family = _gauge(PREFIX + name)
+        family.add_metric((storage,), _limit(value))
+        yield family
+    rejections = _gauge(PREFIX + "scope_rejections")
+    for entry in state.rejections:
+        reason, _, label = entry.item.partition(ITEM_SEPARATOR)
+        rejections.add_metric((label, reason), entry.estimate)
     yield rejections
 
 
-def _row_gauges(stats: StorageStats, top_k: int, labeler: ScopeLabeler) -> Iterator[Metric]:
+def _row_gauges(
+    storage: str, stats: StorageStats, top_k: int, labeler: ScopeLabeler
+) -> Iterator[Metric]:
     for name, table in ((PREFIX + "rows", stats.rows), (PREFIX + "in_flight", stats.in_flight)):
         by_kind: dict[ScopeKind, int] = dict.fromkeys(SCOPE_KINDS, 0)
         for scope, count in table.items():
             by_kind[scope_kind(scope)] += count
-        family = _gauge(name, ("scope_kind",))
+        family = _gauge(name)
         for kind, count in by_kind.items():
-            family.add_metric((kind,), count)
+            family.add_metric((storage, kind), count)
         yield family
     # Top K by rows; labels are merged first (a digest or a cut may join two scopes).
     by_label: dict[str, int] = {}
-    for scope, count in _top(stats.rows, top_k):
+    top = heapq.nsmallest(top_k, stats.rows.items(), key=lambda kv: (-kv[1], kv[0]))
+    for scope, count in top:
         label = labeler(scope)
         by_label[label] = by_label.get(label, 0) + count
-    family = _gauge(PREFIX + "scope_rows", ("scope",))
+    family = _gauge(PREFIX + "scope_rows")
     for label, count in by_label.items():
-        family.add_metric((label,), count)
+        family.add_metric((storage, label), count)
     yield family
 
 

@@ -1,8 +1,10 @@
 """Prometheus multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``): per-process heavy-hitter
-counts in the shared directory, summed on scrape, and the import-order check."""
+counts in the shared directory, summed on scrape; the exported selection shared by every
+worker; and the import-order check."""
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import json
 import logging
@@ -12,7 +14,8 @@ import uuid
 from typing import Final
 
 from ...errors import ConfigurationError
-from .._heavy_hitters import SpaceSaving
+from .._heavy_hitters import HeavyHitter, SpaceSaving
+from .._stable_top import StableTop
 
 __all__ = ["MULTIPROC_ENV", "HitterFiles", "check_multiprocess"]
 
@@ -20,6 +23,7 @@ logger = logging.getLogger("mcp_cancellation.telemetry")
 
 MULTIPROC_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 _HITTERS_GLOB: Final = "mcp_cancellation_hitters_*.json"
+_SELECTION_FILE: Final = "mcp_cancellation_exported_scopes.json"
 
 
 class HitterFiles:
@@ -72,17 +76,22 @@ class HitterFiles:
         if not self._dirty.is_set():
             return
         self._dirty.clear()
+        entries, floor = self._hitters.summary()
+        data = {"floor": floor, "items": {e.item: [e.estimate, e.error] for e in entries}}
         tmp = self.path + ".tmp"
         try:
             with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(self._hitters.snapshot(), fh)
+                json.dump(data, fh)
             os.replace(tmp, self.path)
         except OSError as exc:  # pragma: no cover - a full or vanished directory
             logger.warning("could not write heavy-hitter counts to %s: %s", self.path, exc)
 
-    def merged(self) -> dict[str, int]:
-        """Counts summed over every process's file (this one's read from memory)."""
-        total: dict[str, int] = dict(self._hitters.snapshot())
+    def merged(self) -> tuple[list[HeavyHitter], int]:
+        """Every process's summary added up (this one's read from memory): estimates and
+        errors summed per item, floors summed (an item no process tracks has at most
+        that many in all)."""
+        entries, floor = self._hitters.summary()
+        total = {e.item: [e.estimate, e.error] for e in entries}
         for path in glob.glob(os.path.join(self.directory, _HITTERS_GLOB)):
             if path == self.path:
                 continue
@@ -91,11 +100,44 @@ class HitterFiles:
                     data = json.load(fh)
             except (OSError, ValueError):
                 continue  # being replaced or unreadable: skip this scrape
-            if isinstance(data, dict):
-                for label, count in data.items():
-                    if isinstance(label, str) and isinstance(count, int):
-                        total[label] = total.get(label, 0) + count
-        return total
+            if not isinstance(data, dict) or not isinstance(data.get("items"), dict):
+                continue
+            other_floor = data.get("floor")
+            floor += other_floor if isinstance(other_floor, int) else 0
+            for item, value in data["items"].items():
+                if (
+                    isinstance(item, str)
+                    and isinstance(value, list)
+                    and len(value) == 2
+                    and all(isinstance(v, int) for v in value)
+                ):
+                    counts = total.setdefault(item, [0, 0])
+                    counts[0] += value[0]
+                    counts[1] += value[1]
+        return [HeavyHitter(item, c[0], c[1]) for item, c in total.items()], floor
+
+    def select(self, top: StableTop) -> list[HeavyHitter]:
+        """:meth:`StableTop.select` over :meth:`merged`, with the selection's state shared
+        by every process of the directory (loaded and saved under a file lock)."""
+        entries, floor = self.merged()
+        state_path = os.path.join(self.directory, _SELECTION_FILE)
+        try:
+            with open(state_path + ".lock", "a+b") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    with open(state_path, encoding="utf-8") as fh:
+                        top.load(json.load(fh))
+                except (OSError, ValueError, AttributeError):
+                    pass  # first scrape, or a damaged file: start from this process's
+                selected = top.select(entries, floor)
+                tmp = f"{state_path}.{os.getpid()}.tmp"
+                with open(tmp, "w", encoding="utf-8") as fh:
+                    json.dump(top.state(), fh)
+                os.replace(tmp, state_path)
+                return selected
+        except OSError as exc:  # pragma: no cover - a full or vanished directory
+            logger.warning("could not share the exported heavy hitters: %s", exc)
+            return top.select(entries, floor)
 
 
 def check_multiprocess(directory: str) -> None:
