@@ -6,6 +6,7 @@ import asyncio
 import gc
 import hashlib
 import hmac
+import logging
 import re
 from typing import Any
 
@@ -368,6 +369,7 @@ async def test_scrape_survives_a_redis_outage(caplog: pytest.LogCaptureFixture) 
 
     from ..support import RedisServer
 
+    caplog.set_level(logging.INFO, "mcp_cancellation.storage")
     with RedisServer() as redis:
         registry = CancellationRegistry(
             RedisStorage.from_url(redis.url, prefix="telemetry-outage"), janitor_interval=None
