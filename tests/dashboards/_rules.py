@@ -22,7 +22,7 @@ def load_dashboard(name: str) -> dict[str, Any]:
 
 
 def rules_with_short_for(directory: Path) -> Path:
-    """``alerts.yaml`` with every ``for:`` set to :data:`E2E_FOR`, written in *directory*.
+    """``alerts.yaml`` with every ``for:`` (where there is one) set to :data:`E2E_FOR`, written in *directory*.
 
     Same expressions, thresholds, labels and annotations: a test cannot wait the production
     minutes, and the promtool unit tests check the real ``for:`` durations.
@@ -30,7 +30,7 @@ def rules_with_short_for(directory: Path) -> Path:
     rules = yaml.safe_load((DASHBOARDS / "alerts.yaml").read_text(encoding="utf-8"))
     for group in rules["groups"]:
         for rule in group["rules"]:
-            if "alert" in rule:
+            if "alert" in rule and "for" in rule:
                 rule["for"] = E2E_FOR
     path = directory / "alerts-e2e.yaml"
     path.write_text(yaml.safe_dump(rules, sort_keys=False, allow_unicode=True), encoding="utf-8")
