@@ -72,9 +72,15 @@ def render(document: Mapping[str, Any], fetch: Fetch, path: Path, subtitle: str 
         ax = figure.add_axes(
             (left / width, bottom / height, (right - left) / width, (top - bottom) / height)
         )
+        if kind == "row":
+            ax.axis("off")
+            ax.text(0, 0.5, "▾ " + panel["title"], fontsize=12, weight="bold", va="center")
+            continue
         ax.set_title(panel["title"], fontsize=10, loc="left")
         unit = panel["fieldConfig"]["defaults"]["unit"]
-        if kind == "timeseries":
+        if kind == "table":
+            _table(ax, panel, fetch)
+        elif kind == "timeseries":
             _timeseries(ax, panel, fetch, unit)
         else:
             _values(ax, panel, fetch, unit, bars=kind == "bargauge")
@@ -93,7 +99,7 @@ def _timeseries(ax: Any, panel: Mapping[str, Any], fetch: Fetch, unit: str) -> N
             values = [float(v) * factor for _, v in result["values"]]
             series.append((legend(target["legendFormat"], result["metric"]), times, values))
     if not series:
-        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        _no_data(ax, panel)
         return
     nonzero = [s for s in series if any(s[2])]
     if nonzero:  # series that stay at 0 clutter a stack; all-zero panels keep theirs
@@ -115,6 +121,30 @@ def _timeseries(ax: Any, panel: Mapping[str, Any], fetch: Fetch, unit: str) -> N
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", ncol=2 if len(series) > 4 else 1)
+
+
+def _no_data(ax: Any, panel: Mapping[str, Any]) -> None:
+    text = panel["fieldConfig"]["defaults"].get("noValue", "no data")
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+
+
+def _table(ax: Any, panel: Mapping[str, Any], fetch: Fetch) -> None:
+    """One line per storage, one column per target (as the merge transformation shows)."""
+    organize = panel["transformations"][-1]["options"]["renameByName"]
+    columns = [organize[f"Value #{t['refId']}"] for t in panel["targets"]]
+    lines: dict[str, list[str]] = {}
+    for index, target in enumerate(panel["targets"]):
+        for result in fetch(target["expr"], True):
+            row = lines.setdefault(result["metric"].get("storage", ""), [""] * len(columns))
+            row[index] = _format(float(result["value"][1]), "short")
+    ax.axis("off")
+    if not lines:
+        _no_data(ax, panel)
+        return
+    cells = [[storage, *values] for storage, values in sorted(lines.items())]
+    drawn = ax.table(cellText=cells, colLabels=[organize["storage"], *columns], loc="center")
+    drawn.auto_set_font_size(False)
+    drawn.set_fontsize(8)
 
 
 _COLORS = {"green": "tab:green", "orange": "tab:orange", "red": "tab:red"}
@@ -139,7 +169,7 @@ def _values(ax: Any, panel: Mapping[str, Any], fetch: Fetch, unit: str, bars: bo
     ax.set_xticks([])
     ax.set_yticks([])
     if not items:
-        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        _no_data(ax, panel)
         return
     if bars:
         factor, _ = _scale(unit)

@@ -1,16 +1,39 @@
 """The panels of both dashboards, with the selector left as a placeholder that
-generation fills from the :class:`~.config.DashboardConfig` (private)."""
+generation fills from the :class:`~.config.DashboardConfig` (private).
+
+Table-state gauges (rows, in_flight, scope_rows, max_rows, max_rows_per_scope) are the
+same in every process that shares one storage: every query of them takes
+``max by (storage, ...)`` across processes before it sums, so that a table shared by N
+pods is counted once (the end-to-end test checks that every query naming only table-state
+gauges reads the same whether one pod or all are selected).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["ABUSIVE", "DASHBOARDS", "OVERVIEW", "SELECTOR", "Panel", "Target", "fill"]
+__all__ = [
+    "ABUSIVE",
+    "ABUSIVE_UID",
+    "DASHBOARDS",
+    "OVERVIEW",
+    "OVERVIEW_UID",
+    "SELECTOR",
+    "Panel",
+    "Row",
+    "Target",
+    "fill",
+]
 
 #: Stands for the configured label selector inside every query until generation.
 SELECTOR = "__MCP_CANCELLATION_SELECTOR__"
 #: The range of every rate: Grafana's, which follows the scrape interval.
 RATE = "$__rate_interval"
+#: Narrows table-state gauges to the tables picked in the ``storage`` variable.
+STORAGE = 'storage=~"$storage"'
+
+OVERVIEW_UID = "mcp-cancellation-overview"
+ABUSIVE_UID = "mcp-cancellation-abusive-scopes"
 
 
 def fill(expr: str, selector: str) -> str:
@@ -25,11 +48,13 @@ class Target:
     expr: str
     legend: str = ""
     instant: bool = False
+    #: Shown as this column name in a table panel.
+    column: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
 class Panel:
-    kind: str  # timeseries | stat | gauge | bargauge
+    kind: str  # timeseries | stat | gauge | bargauge | table
     title: str
     description: str
     unit: str
@@ -40,6 +65,18 @@ class Panel:
     max: float | None = None
     thresholds: tuple[tuple[str, float | None], ...] = (("green", None),)
     stack: bool = False
+    #: What the panel shows when its queries return nothing ("nothing happened").
+    no_value: str | None = None
+    #: (title, dashboard uid): links that carry the time range and the variables.
+    links: tuple[tuple[str, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """A collapsible row: the panels after it, up to the next row, belong to it."""
+
+    title: str
+    collapsed: bool = False
 
 
 def metric(name: str, extra: str = "") -> str:
@@ -47,61 +84,185 @@ def metric(name: str, extra: str = "") -> str:
     return f"mcp_cancellation_{name}{{{SELECTOR}{', ' + extra if extra else ''}}}"
 
 
+def table(name: str, extra: str = "") -> str:
+    """A table-state gauge, also narrowed to the selected storages."""
+    return metric(name, STORAGE + (", " + extra if extra else ""))
+
+
+def per_table(name: str, by: str = "") -> str:
+    """A table-state gauge summed per process, then read once per table: the same value
+    from every process that shares the storage (``max``), grouped by ``storage`` and *by*."""
+    groups = "storage" + (", " + by if by else "")
+    return f"max by ({groups}) (sum by (job, instance, {groups}) ({table(name)}))"
+
+
 #: Matchers of the two rejection reasons, and the colours of a filling table.
 QUOTA = 'reason="quota"'
 INVALID = 'reason="invalid_request_id"'
 FILL = (("green", None), ("orange", 0.8), ("red", 0.95))
+TO_ABUSIVE = (("Abusive scopes", ABUSIVE_UID),)
+TO_OVERVIEW = (("Overview", OVERVIEW_UID),)
 
-OVERVIEW: tuple[Panel, ...] = (
+OVERVIEW: tuple[Panel | Row, ...] = (
+    Row("Table"),
     Panel(
         "stat",
         "Rows held",
-        "Cancellation rows currently stored, all scopes (per instance: with a shared Redis "
-        "storage every instance reports the same table).",
+        "Cancellation rows stored, all selected tables. A table shared by several processes "
+        "(one Redis) is counted once.",
         "short",
-        (Target(f"sum by (instance) ({metric('rows')})", "{{instance}}"),),
+        (Target(f"sum({per_table('rows')})", "rows"),),
         w=6,
         h=5,
+        no_value="0",
     ),
     Panel(
         "gauge",
         "Table fill",
-        "Rows against the global cap max_rows. At 100% every new cancellation evicts a batch "
-        "of rows, largest scope first.",
+        "Rows of each table against its global cap max_rows. At 100% every new cancellation "
+        "evicts a batch of rows, largest scope first.",
         "percentunit",
         (
             Target(
-                f"sum by (job, instance) ({metric('rows')}) / on (job, instance) "
-                f"max by (job, instance) ({metric('max_rows')})",
-                "{{instance}}",
+                f"{per_table('rows')} / on (storage) min by (storage) ({table('max_rows')})",
+                "{{storage}}",
             ),
         ),
         w=6,
         h=5,
         max=1,
         thresholds=FILL,
+        no_value="0",
     ),
     Panel(
         "stat",
         "Requests in flight",
-        "Requests tracked by the middleware right now (they can be cancelled).",
+        "Requests tracked by the middleware right now (they can be cancelled), all selected "
+        "tables, each counted once.",
         "short",
-        (Target(f"sum by (instance) ({metric('in_flight')})", "{{instance}}"),),
+        (Target(f"sum({per_table('in_flight')})", "in flight"),),
         w=6,
         h=5,
+        no_value="0",
     ),
     Panel(
         "stat",
         "Limits",
-        "The configured global cap (max_rows) and per-scope quota (max_rows_per_scope).",
+        "The smallest global cap (max_rows) and per-scope quota (max_rows_per_scope) of the "
+        "selected tables: the ones that apply first.",
         "short",
         (
-            Target(f"max({metric('max_rows')})", "max_rows"),
-            Target(f"max({metric('max_rows_per_scope')})", "max_rows_per_scope"),
+            Target(f"min({table('max_rows')})", "max_rows"),
+            Target(f"min({table('max_rows_per_scope')})", "max_rows_per_scope"),
         ),
         w=6,
         h=5,
     ),
+    Panel(
+        "table",
+        "Tables",
+        "One line per table (storage identity: a Redis address, database and prefix, or one "
+        "process's memory): its rows, in-flight requests and limits, read once whatever the "
+        "number of processes sharing it, and how many processes report it and reach it.",
+        "short",
+        (
+            Target(per_table("rows"), instant=True, column="Rows"),
+            Target(per_table("in_flight"), instant=True, column="In flight"),
+            Target(
+                f"min by (storage) ({table('max_rows')})",
+                instant=True,
+                column="max_rows",
+            ),
+            Target(
+                f"min by (storage) ({table('max_rows_per_scope')})",
+                instant=True,
+                column="max_rows_per_scope",
+            ),
+            Target(f"count by (storage) ({table('storage_up')})", instant=True, column="Processes"),
+            Target(
+                f"sum by (storage) ({table('storage_up')})",
+                instant=True,
+                column="Processes reaching it",
+            ),
+        ),
+        w=24,
+        h=6,
+        no_value="No table reports",
+    ),
+    Panel(
+        "timeseries",
+        "Table fill against max_rows",
+        "Rows of each table and the cap it evicts at.",
+        "short",
+        (
+            Target(per_table("rows"), "rows {{storage}}"),
+            Target(
+                f"min by (storage) ({table('max_rows')})",
+                "max_rows {{storage}}",
+            ),
+        ),
+    ),
+    Panel(
+        "timeseries",
+        "Rows by scope kind",
+        "Where the rows are: session, principal, ip, global (library callers) or other.",
+        "short",
+        (
+            Target(
+                f"sum by (scope_kind) ({per_table('rows', 'scope_kind')})",
+                "{{scope_kind}}",
+            ),
+        ),
+        stack=True,
+    ),
+    Panel(
+        "timeseries",
+        "In-flight requests by scope kind",
+        "Requests being served that a cancellation could reach.",
+        "short",
+        (
+            Target(
+                f"sum by (scope_kind) ({per_table('in_flight', 'scope_kind')})",
+                "{{scope_kind}}",
+            ),
+        ),
+        stack=True,
+        w=24,
+    ),
+    Row("Storage health"),
+    Panel(
+        "timeseries",
+        "Storage up, per instance",
+        "1 while the instance's storage answers, 0 while it does not (a Redis outage): "
+        "requests are still served, but cancellations from other requests cannot reach them.",
+        "short",
+        (
+            Target(
+                f"min by (instance, storage) ({table('storage_up')})",
+                "{{instance}} {{storage}}",
+            ),
+        ),
+        max=1,
+        thresholds=(("red", None), ("green", 1)),
+        no_value="No instance reports",
+    ),
+    Panel(
+        "timeseries",
+        "Storage errors per second by operation",
+        "Storage operations that failed: the operation (add, track, finish, stats, heartbeat, "
+        "subscribe, ...) and how often. Any sustained rate means the storage is unreachable "
+        "or overloaded.",
+        "ops",
+        (
+            Target(
+                f"sum by (operation) (rate({metric('storage_errors_total')}[{RATE}]))",
+                "{{operation}}",
+            ),
+        ),
+        stack=True,
+        no_value="No errors",
+    ),
+    Row("Traffic"),
     Panel(
         "timeseries",
         "Cancellations per second by scope kind",
@@ -116,32 +277,28 @@ OVERVIEW: tuple[Panel, ...] = (
             ),
         ),
         stack=True,
+        no_value="0",
     ),
     Panel(
         "timeseries",
-        "Table fill against max_rows",
-        "Rows held per instance and the cap they evict at.",
-        "short",
+        "Rejections per second",
+        "Cancellations refused: quota (the caller's scope already holds max_rows_per_scope "
+        "rows, answered -32000) by scope kind, and invalid request ids (answered -32602). "
+        "Who is refused: the abusive-scopes dashboard.",
+        "ops",
         (
-            Target(f"sum by (instance) ({metric('rows')})", "rows {{instance}}"),
-            Target(f"max by (instance) ({metric('max_rows')})", "max_rows {{instance}}"),
+            Target(
+                f"sum by (scope_kind) (rate({metric('rejected_total', QUOTA)}[{RATE}]))",
+                "quota {{scope_kind}}",
+            ),
+            Target(
+                f"sum(rate({metric('rejected_total', INVALID)}[{RATE}]))",
+                "invalid request id",
+            ),
         ),
-    ),
-    Panel(
-        "timeseries",
-        "Rows by scope kind",
-        "Where the rows are: session, principal, ip, global (library callers) or other.",
-        "short",
-        (Target(f"sum by (scope_kind) ({metric('rows')})", "{{scope_kind}}"),),
         stack=True,
-    ),
-    Panel(
-        "timeseries",
-        "In-flight requests by scope kind",
-        "Requests being served that a cancellation could reach.",
-        "short",
-        (Target(f"sum by (scope_kind) ({metric('in_flight')})", "{{scope_kind}}"),),
-        stack=True,
+        no_value="No rejections",
+        links=TO_ABUSIVE,
     ),
     Panel(
         "timeseries",
@@ -157,24 +314,8 @@ OVERVIEW: tuple[Panel, ...] = (
             ),
         ),
         stack=True,
-    ),
-    Panel(
-        "timeseries",
-        "Rejections per second",
-        "Cancellations refused: quota (the caller's scope already holds max_rows_per_scope "
-        "rows, answered -32000) by scope kind, and invalid request ids (answered -32602).",
-        "ops",
-        (
-            Target(
-                f"sum by (scope_kind) (rate({metric('rejected_total', QUOTA)}[{RATE}]))",
-                "quota {{scope_kind}}",
-            ),
-            Target(
-                f"sum(rate({metric('rejected_total', INVALID)}[{RATE}]))",
-                "invalid request id",
-            ),
-        ),
-        stack=True,
+        no_value="No evictions",
+        links=TO_ABUSIVE,
     ),
     Panel(
         "timeseries",
@@ -189,11 +330,12 @@ OVERVIEW: tuple[Panel, ...] = (
                 "{{table}}",
             ),
         ),
-        w=24,
+        no_value="0",
     ),
 )
 
-ABUSIVE: tuple[Panel, ...] = (
+ABUSIVE: tuple[Panel | Row, ...] = (
+    Row("Who holds the table"),
     Panel(
         "bargauge",
         "Top scopes by rows",
@@ -202,9 +344,12 @@ ABUSIVE: tuple[Panel, ...] = (
         "short",
         (
             Target(
-                f"sort_desc(topk(10, max by (scope) ({metric('scope_rows')})))", "{{scope}}", True
+                f"sort_desc(topk(10, max by (scope) ({table('scope_rows')})))",
+                "{{scope}}",
+                True,
             ),
         ),
+        no_value="No scope holds rows",
     ),
     Panel(
         "bargauge",
@@ -214,29 +359,64 @@ ABUSIVE: tuple[Panel, ...] = (
         "percentunit",
         (
             Target(
-                f"sort_desc(topk(10, max by (scope) ({metric('scope_rows')} / on (job, instance) "
-                f"group_left max by (job, instance) ({metric('max_rows_per_scope')}))))",
+                f"sort_desc(topk(10, max by (scope) ({table('scope_rows')} / on (job, instance, "
+                f"storage) group_left {table('max_rows_per_scope')})))",
                 "{{scope}}",
                 True,
             ),
         ),
         max=1,
         thresholds=(("green", None), ("orange", 0.5), ("red", 0.9)),
+        no_value="No scope holds rows",
     ),
+    Panel(
+        "timeseries",
+        "Share of the table held by the largest scopes",
+        "Fraction of each table's rows held by its largest scope and by its 5 largest. Near "
+        "100% one caller owns the table: it is the first evicted when the cap is hit, and the "
+        "alert for a scope pinned at its quota names it.",
+        "percentunit",
+        (
+            Target(
+                "max by (storage) (topk by (job, instance, storage) (1, "
+                f"{table('scope_rows')})) / on (storage) {per_table('rows')}",
+                "largest scope {{storage}}",
+            ),
+            Target(
+                "max by (storage) (sum by (job, instance, storage) (topk by (job, instance, "
+                f"storage) (5, {table('scope_rows')}))) / on (storage) {per_table('rows')}",
+                "5 largest scopes {{storage}}",
+            ),
+        ),
+        max=1,
+        no_value="The table is empty",
+    ),
+    Panel(
+        "timeseries",
+        "Top scopes by rows over time",
+        "The same top scopes as above, over time: a scope that stays flat at the quota is "
+        "hogging it; well-behaved callers come and go.",
+        "short",
+        (Target(f"topk(10, max by (scope) ({table('scope_rows')}))", "{{scope}}"),),
+        no_value="No scope holds rows",
+    ),
+    Row("Who is refused"),
     Panel(
         "bargauge",
         "Top rejected scopes",
-        "Scopes with the most rejected cancellations, from a bounded heavy-hitters summary "
-        "(approximate counts; a flood from many addresses cannot add series).",
+        "Scopes with the most rejected cancellations since each process started, by reason, "
+        "from a bounded heavy-hitters summary (counts are upper bounds; only scopes certainly "
+        "among the top K are exported, so a flood from many addresses cannot add series).",
         "short",
         (
             Target(
-                f"sort_desc(topk(10, max by (scope) ({metric('scope_rejections')})))",
-                "{{scope}}",
+                f"sort_desc(topk(10, sum by (scope, reason) ({metric('scope_rejections')})))",
+                "{{scope}} ({{reason}})",
                 True,
             ),
         ),
         thresholds=(("green", None), ("orange", 1), ("red", 100)),
+        no_value="No rejections",
     ),
     Panel(
         "timeseries",
@@ -249,44 +429,13 @@ ABUSIVE: tuple[Panel, ...] = (
                 "{{scope_kind}} {{reason}}",
             ),
         ),
-    ),
-    Panel(
-        "timeseries",
-        "Share of the table held by the largest scopes",
-        "Fraction of each instance's rows held by its largest scope and by its 5 largest. "
-        "Near 100% one caller owns the table: it is the first evicted when the cap is hit, "
-        "and the alert for a scope pinned at its quota names it.",
-        "percentunit",
-        (
-            Target(
-                f"sum by (job, instance) (topk by (job, instance) (1, {metric('scope_rows')})) "
-                f"/ on (job, instance) sum by (job, instance) ({metric('rows')})",
-                "largest scope {{instance}}",
-            ),
-            Target(
-                f"sum by (job, instance) (topk by (job, instance) (5, {metric('scope_rows')})) "
-                f"/ on (job, instance) sum by (job, instance) ({metric('rows')})",
-                "5 largest scopes {{instance}}",
-            ),
-        ),
-        max=1,
-    ),
-    Panel(
-        "timeseries",
-        "Top scopes by rows over time",
-        "The same top scopes as above, over time: a scope that stays flat at the quota is "
-        "hogging it; well-behaved callers come and go.",
-        "short",
-        (Target(f"topk(10, max by (scope) ({metric('scope_rows')}))", "{{scope}}"),),
+        no_value="No rejections",
+        links=TO_OVERVIEW,
     ),
 )
 
 #: file name -> (uid, title, panels)
-DASHBOARDS: dict[str, tuple[str, str, tuple[Panel, ...]]] = {
-    "overview.json": ("mcp-cancellation-overview", "MCP cancellation — overview", OVERVIEW),
-    "abusive-scopes.json": (
-        "mcp-cancellation-abusive-scopes",
-        "MCP cancellation — abusive scopes",
-        ABUSIVE,
-    ),
+DASHBOARDS: dict[str, tuple[str, str, tuple[Panel | Row, ...]]] = {
+    "overview.json": (OVERVIEW_UID, "MCP cancellation — overview", OVERVIEW),
+    "abusive-scopes.json": (ABUSIVE_UID, "MCP cancellation — abusive scopes", ABUSIVE),
 }

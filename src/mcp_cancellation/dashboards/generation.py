@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._panels import DASHBOARDS, Panel, fill
+from ._panels import DASHBOARDS, Panel, Row, fill
 from .config import DEFAULT, SCHEMA_VERSION, DashboardConfig
 
 __all__ = ["build_dashboard", "dashboards", "render"]
@@ -52,7 +52,37 @@ def _variables(config: DashboardConfig) -> list[dict[str, Any]]:
             "Instance",
             'label_values(mcp_cancellation_max_rows_per_scope{job=~"$job"}, instance)',
         ),
+        query_var(
+            "storage",
+            "Table",
+            'label_values(mcp_cancellation_storage_up{job=~"$job", instance=~"$instance"}, '
+            "storage)",
+        ),
     ]
+
+
+def _link(title: str, uid: str) -> dict[str, Any]:
+    """A link to another dashboard that keeps the time range and the variables."""
+    return {
+        "title": title,
+        "type": "link",
+        "url": f"/d/{uid}",
+        "icon": "dashboard",
+        "tooltip": f"Open the {title.lower()} dashboard with this time range and selection",
+        "includeVars": True,
+        "keepTime": True,
+        "asDropdown": False,
+        "targetBlank": False,
+        "tags": [],
+    }
+
+
+def _panel_link(title: str, uid: str) -> dict[str, Any]:
+    return {
+        "title": title,
+        "url": f"/d/{uid}?${{__url_time_range}}&${{__all_variables}}",
+        "targetBlank": False,
+    }
 
 
 def _panel_json(
@@ -60,17 +90,18 @@ def _panel_json(
 ) -> dict[str, Any]:
     targets = []
     for index, target in enumerate(panel.targets):
-        targets.append(
-            {
-                "datasource": config.datasource_ref,
-                "editorMode": "code",
-                "expr": fill(target.expr, config.selector),
-                "legendFormat": target.legend or "__auto",
-                "instant": target.instant,
-                "range": not target.instant,
-                "refId": chr(ord("A") + index),
-            }
-        )
+        query: dict[str, Any] = {
+            "datasource": config.datasource_ref,
+            "editorMode": "code",
+            "expr": fill(target.expr, config.selector),
+            "legendFormat": target.legend or "__auto",
+            "instant": target.instant,
+            "range": not target.instant,
+            "refId": chr(ord("A") + index),
+        }
+        if panel.kind == "table":
+            query["format"] = "table"
+        targets.append(query)
     defaults: dict[str, Any] = {
         "unit": panel.unit,
         "color": {"mode": "palette-classic" if panel.kind == "timeseries" else "thresholds"},
@@ -79,6 +110,8 @@ def _panel_json(
             "steps": [{"color": color, "value": value} for color, value in panel.thresholds],
         },
     }
+    if panel.no_value is not None:
+        defaults["noValue"] = panel.no_value
     if panel.min is not None:
         defaults["min"] = panel.min
     if panel.max is not None:
@@ -102,6 +135,8 @@ def _panel_json(
             },
             "tooltip": {"mode": "multi", "sort": "desc"},
         }
+    elif panel.kind == "table":
+        options = {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}}
     else:
         reduce = {"calcs": ["lastNotNull"], "fields": "", "values": False}
         options = {"reduceOptions": reduce, "orientation": "auto"}
@@ -111,7 +146,7 @@ def _panel_json(
             options.update(displayMode="gradient", orientation="horizontal", showUnfilled=True)
         else:
             options.update(showThresholdMarkers=True, showThresholdLabels=False)
-    return {
+    document: dict[str, Any] = {
         "id": panel_id,
         "type": panel.kind,
         "title": panel.title,
@@ -122,21 +157,66 @@ def _panel_json(
         "fieldConfig": {"defaults": defaults, "overrides": []},
         "options": options,
     }
+    if panel.links:
+        document["links"] = [_panel_link(title, uid) for title, uid in panel.links]
+    if panel.kind == "table":
+        document["transformations"] = _table_transformations(panel)
+    return document
+
+
+def _table_transformations(panel: Panel) -> list[dict[str, Any]]:
+    """One line per storage: the instant queries merged on their labels, each value column
+    named after its target, the time column hidden."""
+    names = {"storage": "Table"}
+    order = {"storage": 0}
+    for index, target in enumerate(panel.targets, start=1):
+        names[f"Value #{chr(ord('A') + index - 1)}"] = target.column
+        order[f"Value #{chr(ord('A') + index - 1)}"] = index
+    return [
+        {"id": "merge", "options": {}},
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True},
+                "indexByName": order,
+                "renameByName": names,
+            },
+        },
+    ]
+
+
+def _row_json(row: Row, panel_id: int, y: int, children: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": panel_id,
+        "type": "row",
+        "title": row.title,
+        "collapsed": row.collapsed,
+        "gridPos": {"h": 1, "w": 24, "x": 0, "y": y},
+        "panels": children if row.collapsed else [],
+    }
 
 
 def build_dashboard(
-    uid: str, title: str, panels: Iterable[Panel], config: DashboardConfig = DEFAULT
+    uid: str, title: str, panels: Iterable[Panel | Row], config: DashboardConfig = DEFAULT
 ) -> dict[str, Any]:
     """The Grafana JSON model of one dashboard (importable as it is)."""
     laid_out: list[dict[str, Any]] = []
     x = y = row_h = 0
+    children: list[dict[str, Any]] = laid_out  # where the current row's panels go
     for panel_id, panel in enumerate(panels, start=1):
+        if isinstance(panel, Row):
+            x, y, row_h = 0, y + row_h, 0
+            row_children: list[dict[str, Any]] = []
+            laid_out.append(_row_json(panel, panel_id, y, row_children))
+            children = row_children if panel.collapsed else laid_out
+            y += 1
+            continue
         if x + panel.w > 24:
             x, y, row_h = 0, y + row_h, 0
-        laid_out.append(_panel_json(panel, panel_id, x, y, config))
+        children.append(_panel_json(panel, panel_id, x, y, config))
         x += panel.w
         row_h = max(row_h, panel.h)
-    others = [u for u, _, _ in DASHBOARDS.values() if u != uid]
+    others = [(t, u) for u, t, _ in DASHBOARDS.values() if u != uid]
     return {
         "annotations": {
             "list": [
@@ -157,20 +237,7 @@ def build_dashboard(
         "fiscalYearStartMonth": 0,
         "graphTooltip": 1,
         "id": None,
-        "links": [
-            {
-                "asDropdown": False,
-                "icon": "dashboard",
-                "includeVars": True,
-                "keepTime": True,
-                "tags": ["mcp-cancellation"],
-                "targetBlank": False,
-                "title": "MCP cancellation",
-                "type": "dashboards",
-            }
-        ]
-        if others
-        else [],
+        "links": [_link(title.split(" — ")[-1].capitalize(), other) for title, other in others],
         "liveNow": False,
         "panels": laid_out,
         "refresh": "30s",

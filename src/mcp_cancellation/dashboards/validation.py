@@ -63,9 +63,10 @@ def panel_queries(document: Mapping[str, Any]) -> Iterator[PanelQuery]:
 
 def substitute(expr: str, rate_interval: str = "15s", **variables: str) -> str:
     """Replace Grafana variables as Grafana would: ``$__rate_interval`` with a window, and
-    ``$job``/``$instance`` (all selected) with ``.+`` unless given in *variables*."""
+    ``$job``/``$instance``/``$storage`` (all selected) with ``.+`` unless given in
+    *variables*."""
     expr = expr.replace("$__rate_interval", rate_interval)
-    for name in ("job", "instance"):
+    for name in ("job", "instance", "storage"):
         value = variables.get(name, ".+")
         expr = expr.replace(f"${{{name}}}", value).replace(f"${name}", value)
     return expr
