@@ -38,6 +38,7 @@ from .context import current_token, raise_if_cancelled
 from .errors import ConfigurationError
 from .integrations.asgi import CancellationMiddleware
 from .registry import CancellationRegistry
+from .storage.base import Storage
 
 with requires("mcp", "mcp-cancellation demo"):
     import anyio
@@ -118,13 +119,13 @@ async def _not_found(send: Send) -> None:
     await send_response(send, 404, body, content_type=b"text/plain")
 
 
-def _metrics_app(registry: CancellationRegistry) -> ASGIApp | None:
+def _metrics_app(registry: CancellationRegistry, top_k: int) -> ASGIApp | None:
     try:
         from .telemetry.prometheus import metrics_app
     except ImportError as exc:
         logger.warning("no /metrics: %s", exc)
         return None
-    app: ASGIApp = metrics_app(registry)
+    app: ASGIApp = metrics_app(registry, top_k=top_k)
     return app
 
 
@@ -136,9 +137,10 @@ def build_demo_app(
     stream_cancel_timeout: float | None = 10.0,
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     host: str = "127.0.0.1",
+    top_k: int = 20,
 ) -> ASGIApp:
     """The demo's ASGI app: the MCP server at ``/mcp`` behind the middleware, and
-    ``/metrics`` (404 when the Prometheus extra is missing).
+    ``/metrics`` (404 when the Prometheus extra is missing; *top_k* scopes per gauge).
 
     *host* is the address the server listens on; the SDK turns on its DNS-rebinding
     protection (Host/Origin allow-list) for loopback hosts.
@@ -158,7 +160,7 @@ def build_demo_app(
         stream_cancel_timeout=stream_cancel_timeout,
         transport_security=security,
     )
-    return _Router(middleware, _metrics_app(registry))
+    return _Router(middleware, _metrics_app(registry, top_k))
 
 
 def loopback_transport_security(host: str) -> TransportSecuritySettings | None:
@@ -263,8 +265,34 @@ def add_parser(subparsers: Any) -> None:
         metavar="SECONDS",
         help="cancel a disconnected request's work after this long (default 10)",
     )
+    parser.add_argument(
+        "--redis",
+        metavar="URL",
+        default=None,
+        help="keep the table in this Redis (redis://host:port/db), shared by every demo "
+        "started with the same URL and prefix: try several workers or machines "
+        "(needs mcp-cancellation[redis])",
+    )
+    parser.add_argument(
+        "--redis-prefix",
+        default=None,
+        metavar="PREFIX",
+        help="key prefix of the shared table in Redis (default mcp-cancellation)",
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=20, help="scopes exported per gauge on /metrics (default 20)"
+    )
     parser.add_argument("--log-level", default="info", help="log level (default info)")
     parser.set_defaults(run=run)
+
+
+def _storage(url: str | None, prefix: str | None) -> Storage | None:
+    """The demo's storage: Redis at *url*, or ``None`` for the embedded memory storage."""
+    if url is None:
+        return None
+    from .storage.redis import DEFAULT_PREFIX, RedisStorage
+
+    return RedisStorage.from_url(url, prefix=prefix or DEFAULT_PREFIX)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -284,20 +312,22 @@ def run(args: argparse.Namespace) -> int:
     if args.max_rows_per_scope is not None:
         limits["max_rows_per_scope"] = args.max_rows_per_scope
     try:
-        registry = CancellationRegistry(**limits)
+        registry = CancellationRegistry(_storage(args.redis, args.redis_prefix), **limits)
         app = build_demo_app(
             registry,
             json_response=args.json_response,
             trusted_proxies=args.trusted_proxy,
             stream_cancel_timeout=args.stream_cancel_timeout,
             host=args.host,
+            top_k=args.top_k,
         )
-    except ConfigurationError as exc:
+    except (ConfigurationError, ImportError, ValueError) as exc:
         print(f"mcp-cancellation demo: {exc}", file=sys.stderr)
         return 2
     metrics = isinstance(app, _Router) and app.metrics is not None
     print(_instructions(args.host, args.port, args.json_response, metrics=metrics), flush=True)
-    print(f"registry: {registry!r}\n", flush=True)
+    print(f"registry: {registry!r}", flush=True)
+    print(f"table: {registry.storage.identity}\n", flush=True)
     # (uvicorn handles SIGINT itself; a KeyboardInterrupt past it ends the demo quietly)
     with contextlib.suppress(KeyboardInterrupt):
         # proxy_headers=False: uvicorn would otherwise rewrite the client address from
