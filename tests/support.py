@@ -280,6 +280,13 @@ class RedisServer:
             stop_process(self.process)
             self.process = None
 
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would (no shutdown, connections reset)."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+
     def close(self) -> None:
         self.stop()
         self.log.keep()

@@ -22,7 +22,8 @@ def load_dashboard(name: str) -> dict[str, Any]:
 
 
 def rules_with_short_for(directory: Path) -> Path:
-    """``alerts.yaml`` with every ``for:`` (where there is one) set to :data:`E2E_FOR`, written in *directory*.
+    """``alerts.yaml`` with every ``for:`` (where there is one) set to :data:`E2E_FOR`,
+    written in *directory*.
 
     Same expressions, thresholds, labels and annotations: a test cannot wait the production
     minutes, and the promtool unit tests check the real ``for:`` durations.

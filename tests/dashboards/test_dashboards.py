@@ -123,7 +123,8 @@ def test_rows_no_value_links_and_variables(name: str) -> None:
     (link,) = document["links"]
     other = next(uid for uid, _, _ in dashboards.DASHBOARDS.values() if uid != document["uid"])
     assert link["url"] == f"/d/{other}"
-    assert link["keepTime"] is True and link["includeVars"] is True
+    assert link["keepTime"] is True
+    assert link["includeVars"] is True
     panel_links = [link for p in panels for link in p.get("links", [])]
     assert panel_links
     for panel_link in panel_links:
