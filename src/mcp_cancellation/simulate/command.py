@@ -131,6 +131,12 @@ def add_parser(subparsers: Any) -> None:
     arg("--call-seconds", type=int, default=defaults.call_seconds, help="slow_count length")
     arg("--flood-rate", type=float, default=defaults.flood_rate, help="flood notifications/s")
     arg("--flood-addresses", type=int, default=defaults.flood_addresses, help="flood sources")
+    arg(
+        "--flood-invalid-share",
+        type=float,
+        default=defaults.flood_invalid_share,
+        help="share of flood notifications with an invalid id, rejected (default %(default)s)",
+    )
     arg("--hogs", type=int, default=defaults.hogs, help="scopes that sit at their quota")
     arg(
         "--hog-calls",
@@ -157,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
             call_seconds=args.call_seconds,
             flood_rate=args.flood_rate,
             flood_addresses=args.flood_addresses,
+            flood_invalid_share=args.flood_invalid_share,
             hogs=args.hogs,
             hog_calls=args.hog_calls,
             hog_tool=args.hog_tool,

@@ -1,0 +1,100 @@
+"""A flood of rejected cancellations from 20 000 rotating addresses, against the demo and a
+real Prometheus: the ``scope`` values of ``mcp_cancellation_scope_rejections`` in any
+2-minute window stay at most ``2 * top_k``, and the real offenders are among them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..support import ServerLog, wait_until
+from ._servers import DemoProcess, PrometheusServer, stop_process
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(110)]
+
+TOP_K = 5
+ADDRESSES = 20_000
+
+
+def _values(result: list[dict[str, Any]]) -> list[float]:
+    return [float(r["value"][1]) for r in result]
+
+
+def test_rotating_flood_keeps_rejection_series_bounded(tmp_path: Path) -> None:
+    args = (
+        "--trusted-proxy",
+        "127.0.0.1",
+        "--max-rows-per-scope",
+        "4",
+        "--top-k",
+        str(TOP_K),
+        "--log-level",
+        "warning",
+    )
+    with (
+        DemoProcess(*args, log=tmp_path / "demo.log") as demo,
+        PrometheusServer([f"127.0.0.1:{demo.port}"]) as prometheus,
+    ):
+        wait_until(lambda: prometheus.query("mcp_cancellation_max_rows") != [], timeout=15)
+        command = [
+            sys.executable,
+            "-m",
+            "mcp_cancellation",
+            "simulate",
+            "--url",
+            f"{demo.url}/mcp",
+            "--duration",
+            "20",
+            "--clients",
+            "1",
+            "--hogs",
+            "2",
+            "--flood-rate",
+            "1500",
+            "--flood-addresses",
+            str(ADDRESSES),
+            "--flood-invalid-share",
+            "1",
+            "--seed",
+            "12",
+            "--json",
+            "--no-progress",
+        ]
+        ServerLog("mcp-cancellation simulate", tmp_path / "simulate.log")
+        with (tmp_path / "simulate.log").open("wb") as err:
+            simulator = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err)
+        try:
+            out, _ = simulator.communicate(timeout=60)
+        finally:
+            stop_process(simulator)
+        assert simulator.returncode == 0, (tmp_path / "simulate.log").read_text()
+        stats = json.loads(out)
+        assert stats["transport_errors"] == 0
+        assert stats["http_errors"] == 0
+        # The flood was rejected (invalid ids), from thousands of distinct addresses.
+        assert stats["invalid_rejected"] > 3_000
+        assert stats["quota_rejected"] > 0  # the hogs: the real offenders
+
+        invalid = 'sum(mcp_cancellation_rejected_total{reason="invalid_request_id"})'
+        wait_until(
+            lambda: _values(prometheus.query(invalid)) == [stats["invalid_rejected"]],
+            timeout=15,
+            interval=0.5,
+        )
+        # Every scope value exported during the whole run (less than 2 minutes).
+        exported = prometheus.query(
+            "count by (scope, reason) (count_over_time(mcp_cancellation_scope_rejections[2m]))"
+        )
+        scopes = {r["metric"]["scope"] for r in exported}
+        print(f"{len(scopes)} scope values exported: {sorted(scopes)}")
+        assert len(scopes) <= 2 * TOP_K
+        # The hogs, refused by the quota while they pushed, were shown. (Once the flood's
+        # total outgrows theirs by capacity times, Space-Saving may drop them: their share
+        # is then below what it can tell apart from the flood.)
+        hogs = {(r["metric"]["scope"], r["metric"]["reason"]) for r in exported}
+        assert {("ip:192.0.2.200", "quota"), ("ip:192.0.2.201", "quota")} <= hogs
