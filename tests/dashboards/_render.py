@@ -62,12 +62,12 @@ def render(document: Mapping[str, Any], fetch: Fetch, path: Path, subtitle: str 
         # The panel's box in inches, then the axes inside it (room for title and ticks).
         left = pos["x"] / 24 * width + (0.75 if kind == "timeseries" else 0.2)
         right = (pos["x"] + pos["w"]) / 24 * width - 0.2
-        top = height - header - pos["y"] * _GRID_ROW - 0.35
+        top = height - header - pos["y"] * _GRID_ROW - (0.35 if kind != "row" else 0.0)
         bottom = (
             height
             - header
             - (pos["y"] + pos["h"]) * _GRID_ROW
-            + (0.55 if kind == "timeseries" else 0.15)
+            + {"timeseries": 0.55, "row": 0.0}.get(kind, 0.15)
         )
         ax = figure.add_axes(
             (left / width, bottom / height, (right - left) / width, (top - bottom) / height)
