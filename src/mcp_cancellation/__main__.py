@@ -1,4 +1,5 @@
-"""The ``mcp-cancellation`` command: ``demo`` (a real MCP server) and ``simulate`` (traffic).
+"""The ``mcp-cancellation`` command: ``demo`` (a real MCP server), ``client``, ``simulate``
+(traffic) and ``dashboards export`` (Grafana dashboards and alert rules).
 
 Each subcommand lives in its own module, which registers its arguments through
 ``add_parser(subparsers)`` and runs through ``run(args) -> int``; modules are imported only
@@ -20,6 +21,7 @@ SUBCOMMANDS = {
     "demo": ".demo",
     "client": ".client",
     "simulate": ".simulate",
+    "dashboards": ".dashboards.command",
 }
 
 

@@ -255,7 +255,7 @@ def test_substitute_replaces_grafana_variables() -> None:
 def test_export_with_another_selector_and_datasource(tmp_path: Path, selector: str) -> None:
     config = dashboards.DashboardConfig(selector=selector, datasource="prometheus-main")
     target = tmp_path / "not" / "there" / "yet"
-    written = dashboards.export(target, config)
+    written = dashboards.export(target, config, rules=None)
     assert sorted(p.name for p in written) == NAMES
     for path in written:
         document = json.loads(path.read_text(encoding="utf-8"))

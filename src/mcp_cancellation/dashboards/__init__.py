@@ -3,12 +3,19 @@
 The two dashboards in ``dashboards/`` are generated from the panel lists in
 :mod:`._panels`, so every panel follows the same rules (a ``datasource`` variable of type
 prometheus, ``job`` and ``instance`` filters, ``$__rate_interval`` in every rate, a unit on
-every panel) and every metric named is one the package exports. ``dashboards/alerts.yaml``
-is written by hand (it is read by people) and checked by :func:`check_rules`.
+every panel) and every metric named is one the package exports. The alert rules,
+``alerts.yaml`` in this package, are written by hand (they are read by people) and checked
+by :func:`check_rules`.
 
-Regenerate after editing the panels, or check that the committed files are current::
+Users export both, from the installed package, with no extra and no pyyaml::
 
-    python -m mcp_cancellation.dashboards            # rewrite dashboards/*.json
+    mcp-cancellation dashboards export DIR [--selector 'job="mcp"'] [--datasource UID]
+        [--format rules|prometheus-rule|none]
+
+This repository's ``dashboards/`` is the same export; regenerate it after editing the
+panels or the rules, or check that it is current::
+
+    python -m mcp_cancellation.dashboards            # rewrite dashboards/*.json, alerts.yaml
     python -m mcp_cancellation.dashboards --check    # exit 1 if stale or invalid
 
 By job: :mod:`.config` (selector and datasource), :mod:`._panels` (what each dashboard
@@ -22,9 +29,16 @@ from __future__ import annotations
 
 from ._panels import DASHBOARDS
 from .config import RUNBOOK_BASE, SCHEMA_VERSION, DashboardConfig
-from .export import check_directory, export, main
+from .export import PROMETHEUS_RULE_FILE, RULE_FORMATS, check_directory, export, main
 from .generation import build_dashboard, dashboards, render
-from .rules import check_rules, github_anchor
+from .rules import (
+    RULES_FILE,
+    check_rules,
+    github_anchor,
+    prometheus_rule,
+    rules_text,
+    with_selector,
+)
 from .validation import (
     PanelQuery,
     check_dashboard,
@@ -36,6 +50,9 @@ from .validation import (
 
 __all__ = [
     "DASHBOARDS",
+    "PROMETHEUS_RULE_FILE",
+    "RULES_FILE",
+    "RULE_FORMATS",
     "RUNBOOK_BASE",
     "SCHEMA_VERSION",
     "DashboardConfig",
@@ -51,6 +68,9 @@ __all__ = [
     "main",
     "metric_names_in",
     "panel_queries",
+    "prometheus_rule",
     "render",
+    "rules_text",
     "substitute",
+    "with_selector",
 ]

@@ -1,5 +1,6 @@
-"""Export: write the dashboards into a directory, and check a directory against the
-source (``python -m mcp_cancellation.dashboards [--check]``)."""
+"""Export: write the dashboards and the alert rules into a directory (what
+``mcp-cancellation dashboards export`` does), and check a directory against the source
+(``python -m mcp_cancellation.dashboards [--check]``, for this repository's copy)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,44 @@ from pathlib import Path
 
 from .config import DEFAULT, DashboardConfig
 from .generation import dashboards
-from .rules import check_rules
+from .rules import RULES_FILE, check_rules, prometheus_rule, rules_text
 from .validation import check_dashboard, known_metric_names
 
-__all__ = ["check_directory", "export", "main"]
+__all__ = ["PROMETHEUS_RULE_FILE", "RULE_FORMATS", "check_directory", "export", "main"]
+
+#: How the alert rules can be written: a Prometheus ``rule_files`` file, or a
+#: prometheus-operator ``PrometheusRule`` resource.
+RULE_FORMATS = ("rules", "prometheus-rule")
+PROMETHEUS_RULE_FILE = "alerts.prometheusrule.yaml"
 
 
-def export(directory: Path | str, config: DashboardConfig = DEFAULT) -> list[Path]:
-    """Write every dashboard into *directory* (created if missing); the paths written."""
+def export(
+    directory: Path | str,
+    config: DashboardConfig = DEFAULT,
+    *,
+    rules: str | None = "rules",
+    rules_selector: str = "",
+    rule_name: str = "mcp-cancellation",
+    namespace: str | None = None,
+) -> list[Path]:
+    """Write every dashboard and the alert rules into *directory* (created if missing);
+    the paths written.
+
+    *rules* is one of :data:`RULE_FORMATS` (``alerts.yaml``, or
+    ``alerts.prometheusrule.yaml`` named *rule_name* in *namespace*), or ``None`` for the
+    dashboards only. *rules_selector* is added to every metric the rules query.
+    """
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
+    files = dict(dashboards(config))
+    if rules == "rules":
+        files[RULES_FILE] = rules_text(rules_selector)
+    elif rules == "prometheus-rule":
+        files[PROMETHEUS_RULE_FILE] = prometheus_rule(rules_selector, rule_name, namespace)
+    elif rules is not None:
+        raise ValueError(f"rules must be one of {RULE_FORMATS} or None, not {rules!r}")
     written = []
-    for name, text in dashboards(config).items():
+    for name, text in files.items():
         path = target / name
         path.write_text(text, encoding="utf-8")
         written.append(path)
@@ -44,18 +71,24 @@ def check_directory(directory: Path, docs: Path | None) -> list[str]:
         if text != expected:
             problems.append(f"{path}: stale; run python -m mcp_cancellation.dashboards")
         problems += [f"{path}: {p}" for p in check_dashboard(json.loads(text), known)]
-    rules_path = directory / "alerts.yaml"
+    rules_path = directory / RULES_FILE
     runbook_path = docs / "alerts.md" if docs is not None else None
     runbook = (
         runbook_path.read_text(encoding="utf-8") if runbook_path and runbook_path.exists() else None
     )
+    if not rules_path.exists():
+        return [*problems, f"{rules_path}: missing"]
+    if rules_path.read_text(encoding="utf-8") != rules_text():
+        problems.append(f"{rules_path}: stale; run python -m mcp_cancellation.dashboards")
     rules = yaml.safe_load(rules_path.read_text(encoding="utf-8"))
     problems += [f"{rules_path}: {p}" for p in check_rules(rules, known, runbook)]
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mcp_cancellation.dashboards [--check]``; 1 when something is wrong."""
+    """``python -m mcp_cancellation.dashboards [--check]``: rewrite (or check) this
+    repository's copy of the dashboards and rules; 1 when something is wrong. Needs pyyaml
+    (the ``test`` dependency group); users run ``mcp-cancellation dashboards export``."""
     parser = argparse.ArgumentParser(prog="python -m mcp_cancellation.dashboards")
     parser.add_argument("--dir", type=Path, default=Path("dashboards"), help="output directory")
     parser.add_argument("--docs", type=Path, default=Path("docs"), help="docs directory")

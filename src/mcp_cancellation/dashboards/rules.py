@@ -1,15 +1,90 @@
-"""Alert rules: what every rule of ``alerts.yaml`` must carry to be actionable."""
+"""Alert rules: the shipped ``alerts.yaml`` (package data), the same rules under another
+label selector or as a prometheus-operator ``PrometheusRule``, and what every rule must
+carry to be actionable.
+
+The rules are written by hand, for people to read; they are handled as text here, so that
+exporting them needs neither pyyaml nor any extra.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from importlib import resources
 from typing import Any
 
 from .config import RUNBOOK_BASE
 from .validation import metric_names_in
 
-__all__ = ["check_rules", "github_anchor"]
+__all__ = [
+    "RULES_FILE",
+    "check_rules",
+    "github_anchor",
+    "prometheus_rule",
+    "rules_text",
+    "with_selector",
+]
+
+#: The name of the rules file, in the package and in an exported directory.
+RULES_FILE = "alerts.yaml"
+
+_METRIC = re.compile(r"\b(mcp_cancellation_[a-zA-Z0-9_]*[a-zA-Z0-9])(\{)?")
+_EXPR = re.compile(r"^(\s*)expr: [|>]-?\s*$")
+
+
+def rules_text(selector: str = "") -> str:
+    """The shipped alert rules, with *selector* (label matchers such as ``job="mcp"``)
+    added to every metric they query."""
+    text = resources.files(__package__).joinpath(RULES_FILE).read_text(encoding="utf-8")
+    return with_selector(text, selector) if selector else text
+
+
+def with_selector(text: str, selector: str) -> str:
+    """*text* (a rules file) with *selector* added to every metric of every ``expr``."""
+
+    def add(match: re.Match[str]) -> str:
+        name, brace = match.group(1), match.group(2)
+        return f"{name}{{{selector}, " if brace else f"{name}{{{selector}}}"
+
+    out: list[str] = []
+    indent: int | None = None  # the indentation of the expr: key being read, if any
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        depth = len(line) - len(line.lstrip())
+        if indent is not None and stripped and depth <= indent:
+            indent = None
+        if indent is not None and stripped and not stripped.startswith("#"):
+            line = _METRIC.sub(add, line)
+        found = _EXPR.match(line)
+        if found is not None:
+            indent = len(found.group(1))
+        out.append(line)
+    return "".join(out)
+
+
+def prometheus_rule(
+    selector: str = "", name: str = "mcp-cancellation", namespace: str | None = None
+) -> str:
+    """The rules as a prometheus-operator ``PrometheusRule`` resource (YAML text)."""
+    body = rules_text(selector)
+    start = body.index("groups:")
+    spec = "".join(f"  {line}" if line.strip() else line for line in body[start:].splitlines(True))
+    metadata = f"  name: {name}\n"
+    if namespace:
+        metadata += f"  namespace: {namespace}\n"
+    return (
+        "# mcp-cancellation alert rules as a prometheus-operator resource; the runbooks are in\n"
+        f"# {RUNBOOK_BASE}\n"
+        "apiVersion: monitoring.coreos.com/v1\n"
+        "kind: PrometheusRule\n"
+        "metadata:\n"
+        f"{metadata}"
+        "  labels:\n"
+        "    app.kubernetes.io/name: mcp-cancellation\n"
+        "spec:\n"
+        f"{spec}"
+    )
+
 
 _ANNOTATIONS = ("summary", "description", "runbook_url")
 
