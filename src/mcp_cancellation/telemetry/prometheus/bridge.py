@@ -20,8 +20,9 @@ from .._guard import never_raise
 from .._heavy_hitters import SpaceSaving
 from .._labels import ScopeLabeler
 from .._stable_top import StableTop
+from .._table_state import ITEM_SEPARATOR
 from .catalogue import METRICS, PREFIX, REJECT_REASONS, TABLES
-from .collector import ITEM_SEPARATOR, GaugeState, StateCollector
+from .collector import GaugeState, StateCollector
 from .multiprocess import MULTIPROC_ENV, HitterFiles, check_multiprocess
 
 with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):

@@ -1,0 +1,144 @@
+"""The metric catalogue: every exported name, its type, labels and help (private; public
+as :mod:`mcp_cancellation.telemetry.prometheus.catalogue`).
+
+Both bridges export exactly these: the Prometheus bridge under these names, the
+OpenTelemetry bridge as instruments whose Prometheus names (after the OTel exporter's
+translation) are these. Dashboards, alert rules and their tests validate against
+:data:`METRIC_NAMES`. Nothing here imports a metrics library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+__all__ = [
+    "ALL",
+    "METRICS",
+    "METRIC_NAMES",
+    "PREFIX",
+    "REJECT_REASONS",
+    "TABLES",
+    "TABLE_STATE",
+    "MetricInfo",
+    "otel_name",
+]
+
+PREFIX: Final = "mcp_cancellation_"
+
+
+class MetricInfo:
+    """What one exported metric is: its Prometheus ``type``, ``labels`` and ``help``."""
+
+    __slots__ = ("help", "labels", "name", "type")
+
+    def __init__(self, name: str, type: str, labels: tuple[str, ...], help: str) -> None:
+        self.name = name
+        self.type = type
+        self.labels = labels
+        self.help = help
+
+    def __repr__(self) -> str:
+        return f"MetricInfo({self.name!r}, {self.type!r}, {self.labels!r})"
+
+
+ALL: tuple[MetricInfo, ...] = (
+    MetricInfo(
+        PREFIX + "cancelled_total",
+        "counter",
+        ("scope_kind",),
+        "Cancellations recorded, by scope kind.",
+    ),
+    MetricInfo(
+        PREFIX + "rejected_total",
+        "counter",
+        ("scope_kind", "reason"),
+        "Cancellations refused: reason is quota (per-scope quota full) or invalid_request_id.",
+    ),
+    MetricInfo(
+        PREFIX + "evicted_total",
+        "counter",
+        ("scope_kind",),
+        "Cancellation rows evicted because the global cap (max_rows) was reached.",
+    ),
+    MetricInfo(
+        PREFIX + "cleanup_removed_total",
+        "counter",
+        ("table",),
+        "Rows removed by cleanup passes: expired cancellations, in_flight rows of dead owners.",
+    ),
+    MetricInfo(
+        PREFIX + "storage_errors_total",
+        "counter",
+        ("storage", "operation"),
+        "Storage operations that failed (the storage did not answer), by operation.",
+    ),
+    # Table state: the same values from every process that shares one storage, so queries
+    # aggregate max by (storage) before they sum (docs/metrics.md, "A shared table").
+    MetricInfo(
+        PREFIX + "rows",
+        "gauge",
+        ("storage", "scope_kind"),
+        "Cancellation rows of the table, by scope kind.",
+    ),
+    MetricInfo(
+        PREFIX + "in_flight",
+        "gauge",
+        ("storage", "scope_kind"),
+        "In-flight request rows of the table, by scope kind.",
+    ),
+    MetricInfo(
+        PREFIX + "max_rows",
+        "gauge",
+        ("storage",),
+        "Global cap on cancellation rows (+Inf: disabled).",
+    ),
+    MetricInfo(
+        PREFIX + "max_rows_per_scope",
+        "gauge",
+        ("storage",),
+        "Per-scope quota on cancellation rows (+Inf: disabled).",
+    ),
+    MetricInfo(
+        PREFIX + "scope_rows",
+        "gauge",
+        ("storage", "scope"),
+        "Cancellation rows of the top K scopes by rows (session scopes hashed).",
+    ),
+    # Per process.
+    MetricInfo(
+        PREFIX + "storage_up",
+        "gauge",
+        ("storage",),
+        "1 while this process's storage answers, 0 while it does not.",
+    ),
+    MetricInfo(
+        PREFIX + "scope_rejections",
+        "gauge",
+        ("scope", "reason"),
+        "Rejections since start of the most rejected scopes, by reason (Space-Saving "
+        "estimate, an upper bound; only scopes certainly among the top K, at most K new "
+        "ones per 2 minutes; session scopes hashed).",
+    ),
+)
+
+#: Every exported metric, by the name used in PromQL (counters with their ``_total``).
+METRICS: Final[Mapping[str, MetricInfo]] = {m.name: m for m in ALL}
+#: The set of exported metric names, for validating dashboards and alert rules.
+METRIC_NAMES: Final[frozenset[str]] = frozenset(METRICS)
+
+#: Values of the ``table`` label of ``cleanup_removed_total``.
+TABLES: Final = ("cancellations", "in_flight")
+#: Values of the ``reason`` label of ``rejected_total``.
+REJECT_REASONS: Final = ("quota", "invalid_request_id")
+#: The gauges that describe the (possibly shared) table, labelled with ``storage``.
+TABLE_STATE: Final = frozenset(
+    PREFIX + n for n in ("rows", "in_flight", "max_rows", "max_rows_per_scope", "scope_rows")
+)
+
+
+def otel_name(prometheus_name: str) -> str:
+    """The OpenTelemetry instrument name whose Prometheus translation is *prometheus_name*
+    (``mcp_cancellation_cancelled_total`` -> ``mcp_cancellation.cancelled``)."""
+    name = prometheus_name.removesuffix("_total")
+    return "mcp_cancellation." + name.removeprefix(PREFIX)
