@@ -111,8 +111,9 @@ async def test_cancel_over_http_is_traced_and_counted(
     assert cancel_span.parent.span_id == server_span.context.span_id
     attributes = dict(cancel_span.attributes or {})
     assert attributes["mcp.method.name"] == "notifications/cancelled"
-    assert attributes["jsonrpc.request.id"] == "77"
-    assert attributes["mcp.cancellation.scope_kind"] == "session"
-    assert attributes["mcp.cancellation.reason"] == "user pressed stop"
+    assert attributes["mcp_cancellation.request.id"] == "77"
+    assert "jsonrpc.request.id" not in attributes  # not the span of request 77
+    assert attributes["mcp_cancellation.scope_kind"] == "session"
+    assert attributes["mcp_cancellation.reason"] == "user pressed stop"
     for span in spans:
         assert all(SESSION_ID not in str(v) for v in (span.attributes or {}).values())

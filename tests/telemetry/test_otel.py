@@ -32,8 +32,11 @@ def by_name(spans: Iterable[ReadableSpan], name: str) -> list[ReadableSpan]:
     return [span for span in spans if span.name == name]
 
 
-def points(reader: InMemoryMetricReader, name: str) -> dict[frozenset[Any], float]:
-    """Sum data points of one instrument, by attribute set."""
+def points(
+    reader: InMemoryMetricReader, name: str, zeros: bool = False
+) -> dict[frozenset[Any], float]:
+    """Sum data points of one instrument, by attribute set (counters' pre-created zero
+    points left out unless *zeros*)."""
     data = reader.get_metrics_data()
     out: dict[frozenset[Any], float] = {}
     assert data is not None
@@ -45,7 +48,8 @@ def points(reader: InMemoryMetricReader, name: str) -> dict[frozenset[Any], floa
                 if metric.name == name:
                     for point in metric.data.data_points:
                         assert isinstance(point, NumberDataPoint)
-                        out[frozenset((point.attributes or {}).items())] = point.value
+                        if zeros or point.value != 0:
+                            out[frozenset((point.attributes or {}).items())] = point.value
     return out
 
 
@@ -74,12 +78,12 @@ async def test_cancel_span_is_a_child_of_the_current_span(
     assert span.instrumentation_scope.name == "mcp_cancellation"
     assert span.instrumentation_scope.version == __version__
     assert dict(span.attributes or {}) == {
-        "jsonrpc.request.id": "42",
+        "mcp_cancellation.request.id": "42",
         "mcp.method.name": "notifications/cancelled",
-        "mcp.cancellation.source": "notification",
-        "mcp.cancellation.scope_kind": "session",
-        "mcp.cancellation.scope": ScopeLabeler()(SESSION),
-        "mcp.cancellation.reason": "user pressed stop",
+        "mcp_cancellation.source": "notification",
+        "mcp_cancellation.scope_kind": "session",
+        "mcp_cancellation.scope": ScopeLabeler()(SESSION),
+        "mcp_cancellation.reason": "user pressed stop",
     }
 
 
@@ -95,25 +99,25 @@ async def test_disconnect_and_library_cancellations(
     disconnect, library = by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)
     assert disconnect.parent is None  # no current span: a root span
     assert dict(disconnect.attributes or {}) == {
-        "jsonrpc.request.id": "abc",
-        "mcp.cancellation.source": "disconnect",
-        "mcp.cancellation.scope_kind": "ip",
-        "mcp.cancellation.scope": "ip:192.0.2.1",
+        "mcp_cancellation.request.id": "abc",
+        "mcp_cancellation.source": "disconnect",
+        "mcp_cancellation.scope_kind": "ip",
+        "mcp_cancellation.scope": "ip:192.0.2.1",
     }
     assert dict(library.attributes or {}) == {
-        "jsonrpc.request.id": "7",
-        "mcp.cancellation.source": "api",
-        "mcp.cancellation.scope_kind": "global",
-        "mcp.cancellation.scope": "global",
+        "mcp_cancellation.request.id": "7",
+        "mcp_cancellation.source": "api",
+        "mcp_cancellation.scope_kind": "global",
+        "mcp_cancellation.scope": "global",
     }
-    assert points(metric_reader, "mcp.cancellation.cancelled") == {
-        frozenset(
-            {("mcp.cancellation.scope_kind", "ip"), ("mcp.cancellation.source", "disconnect")}
-        ): 1,
-        frozenset(
-            {("mcp.cancellation.scope_kind", "global"), ("mcp.cancellation.source", "api")}
-        ): 1,
+    # The metric has the Prometheus labels only (the source is on the span).
+    assert points(metric_reader, "mcp_cancellation.cancelled") == {
+        frozenset({("scope_kind", "ip")}): 1,
+        frozenset({("scope_kind", "global")}): 1,
     }
+    # Every label combination exists from the first collection, at 0.
+    assert len(points(metric_reader, "mcp_cancellation.cancelled", zeros=True)) == 5
+    assert len(points(metric_reader, "mcp_cancellation.rejected", zeros=True)) == 10
 
 
 async def test_cleanup_span_spans_the_pass(
@@ -138,17 +142,18 @@ async def test_cleanup_span_spans_the_pass(
     assert span.start_time == signal["start_time_ns"]
     assert span.end_time == signal["start_time_ns"] + round(signal["duration"] * 1e9)
     assert dict(span.attributes or {}) == {
-        "mcp.cancellation.removed": 3,
-        "mcp.cancellation.in_flight_removed": 1,
+        "mcp_cancellation.removed": 3,
+        "mcp_cancellation.in_flight_removed": 1,
     }
-    assert points(metric_reader, "mcp.cancellation.cleanup.removed") == {
-        frozenset({("mcp.cancellation.table", "cancellations")}): 3,
-        frozenset({("mcp.cancellation.table", "in_flight")}): 1,
+    assert points(metric_reader, "mcp_cancellation.cleanup_removed") == {
+        frozenset({("table", "cancellations")}): 3,
+        frozenset({("table", "in_flight")}): 1,
     }
 
 
 async def test_evictions_and_rejections(
     make_memory_registry: Any,
+    tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
     metric_reader: InMemoryMetricReader,
     instrumented: otel.OpenTelemetryBridge,
@@ -156,49 +161,62 @@ async def test_evictions_and_rejections(
     registry: CancellationRegistry = make_memory_registry(max_rows=2, max_rows_per_scope=2)
     await registry.cancel(1, None, SESSION)
     await registry.cancel(2, None, SESSION)
-    with pytest.raises(CancellationLimitReached):
-        await registry.cancel(3, None, SESSION)
-    with pytest.raises(InvalidRequestId):
-        await registry.cancel(2.5, None, "principal:carol")
+    tracer = tracer_provider.get_tracer("server")
+    with tracer.start_as_current_span("POST /mcp"):
+        with pytest.raises(CancellationLimitReached):
+            await registry.cancel(3, None, SESSION)
+        with pytest.raises(InvalidRequestId):
+            await registry.cancel(2.5, None, "principal:carol")
+    for _ in range(100):  # a flood outside any span: counted, no trace of its own
+        with pytest.raises(InvalidRequestId):
+            await registry.cancel(True, None, "ip:198.51.100.1")
     await registry.cancel(1, None, "principal:carol")  # cap reached: evicts one session row
     spans = span_exporter.get_finished_spans()
-    quota, invalid = by_name(spans, otel.SPAN_REJECT)
-    assert quota.status.status_code is StatusCode.ERROR
+    # Rejections are events on the current span, never spans.
+    (request,) = by_name(spans, "POST /mcp")
+    quota, invalid = request.events
+    assert quota.name == invalid.name == otel.EVENT_REJECTED
     assert dict(quota.attributes or {}) == {
-        "mcp.cancellation.scope_kind": "session",
-        "mcp.cancellation.scope": ScopeLabeler()(SESSION),
-        "mcp.cancellation.rejection.reason": "quota",
-        "jsonrpc.request.id": "3",
+        "error.type": "quota",
+        "mcp_cancellation.scope_kind": "session",
+        "mcp_cancellation.scope": ScopeLabeler()(SESSION),
     }
     assert dict(invalid.attributes or {}) == {
-        "mcp.cancellation.scope_kind": "principal",
-        "mcp.cancellation.scope": "principal:carol",
-        "mcp.cancellation.rejection.reason": "invalid_request_id",
+        "error.type": "invalid_request_id",
+        "mcp_cancellation.scope_kind": "principal",
+        "mcp_cancellation.scope": "principal:carol",
     }
+    assert request.status.status_code is StatusCode.UNSET  # the server decides its status
+    # Spans: the two cancellations recorded, the server's, one eviction; none per rejection.
+    assert sorted(span.name for span in spans) == sorted(
+        [otel.SPAN_CANCEL, otel.SPAN_CANCEL, "POST /mcp", otel.SPAN_CANCEL, otel.SPAN_EVICT]
+    )
     (evict,) = by_name(spans, otel.SPAN_EVICT)
     assert dict(evict.attributes or {}) == {
-        "mcp.cancellation.scope_kind": "session",
-        "mcp.cancellation.scope": ScopeLabeler()(SESSION),
-        "mcp.cancellation.evicted": 1,
+        "mcp_cancellation.scope_kind": "session",
+        "mcp_cancellation.scope": ScopeLabeler()(SESSION),
+        "mcp_cancellation.evicted": 1,
     }
-    assert points(metric_reader, "mcp.cancellation.evicted") == {
-        frozenset({("mcp.cancellation.scope_kind", "session")}): 1
+    assert points(metric_reader, "mcp_cancellation.evicted") == {
+        frozenset({("scope_kind", "session")}): 1
     }
-    assert points(metric_reader, "mcp.cancellation.rejected") == {
+    assert points(metric_reader, "mcp_cancellation.rejected") == {
         frozenset(
             {
-                ("mcp.cancellation.scope_kind", "session"),
-                ("mcp.cancellation.rejection.reason", "quota"),
+                ("scope_kind", "session"),
+                ("reason", "quota"),
             }
         ): 1,
         frozenset(
             {
-                ("mcp.cancellation.scope_kind", "principal"),
-                ("mcp.cancellation.rejection.reason", "invalid_request_id"),
+                ("scope_kind", "principal"),
+                ("reason", "invalid_request_id"),
             }
         ): 1,
+        frozenset({("scope_kind", "ip"), ("reason", "invalid_request_id")}): 100,
     }
-    for span in spans:  # the session id is never exported
+    assert all(SESSION_ID not in str(v) for e in request.events for v in e.attributes.values())
+    for span in (s for s in spans if s is not request):  # the session id is never exported
         assert span.name in otel.SPAN_NAMES
         assert set(span.attributes or {}) <= otel.ATTRIBUTES
         assert all(SESSION_ID not in str(v) for v in (span.attributes or {}).values())
@@ -244,7 +262,7 @@ async def test_instrument_one_registry_only(
     await watched.cancel(1)
     await other.cancel(2)
     (span,) = by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)
-    assert (span.attributes or {})["jsonrpc.request.id"] == "1"
+    assert (span.attributes or {})["mcp_cancellation.request.id"] == "1"
     otel.uninstrument(watched)
     assert not otel.instrumented(watched)
     await watched.cancel(3)
@@ -263,7 +281,7 @@ async def test_hash_key_applies_to_span_attributes(
     )
     await registry.cancel(1, None, SESSION)
     (span,) = span_exporter.get_finished_spans()
-    scope = (span.attributes or {})["mcp.cancellation.scope"]
+    scope = (span.attributes or {})["mcp_cancellation.scope"]
     assert scope == ScopeLabeler("k")(SESSION) != ScopeLabeler()(SESSION)
 
 
@@ -294,29 +312,43 @@ async def test_row_gauges_for_one_registry(
     meter_provider: MeterProvider,
     metric_reader: InMemoryMetricReader,
 ) -> None:
-    registry: CancellationRegistry = make_memory_registry()
+    registry: CancellationRegistry = make_memory_registry(max_rows_per_scope=5)
+    storage = registry.storage.identity
     otel.instrument(registry, tracer_provider=tracer_provider, meter_provider=meter_provider)
     await registry.cancel(1, None, "ip:192.0.2.1")
     await registry.cancel(2, None, "ip:192.0.2.9")
     async with registry.request(3, SESSION):
-        rows = points(metric_reader, "mcp.cancellation.rows")
-        in_flight = points(metric_reader, "mcp.cancellation.in_flight")
+        rows = points(metric_reader, "mcp_cancellation.rows", zeros=True)
+        in_flight = points(metric_reader, "mcp_cancellation.in_flight", zeros=True)
+        limits = points(metric_reader, "mcp_cancellation.max_rows_per_scope", zeros=True)
+        up = points(metric_reader, "mcp_cancellation.storage_up", zeros=True)
+        top = points(metric_reader, "mcp_cancellation.scope_rows")
     kinds = ("session", "principal", "ip", "global", "other")
     assert rows == {
-        frozenset({("mcp.cancellation.scope_kind", k)}): 2 if k == "ip" else 0 for k in kinds
+        frozenset({("storage", storage), ("scope_kind", k)}): 2 if k == "ip" else 0 for k in kinds
     }
     assert in_flight == {
-        frozenset({("mcp.cancellation.scope_kind", k)}): 1 if k == "session" else 0 for k in kinds
+        frozenset({("storage", storage), ("scope_kind", k)}): 1 if k == "session" else 0
+        for k in kinds
     }
-    # A second registry on the same meter provider: the gauges add both up.
+    assert limits == {frozenset({("storage", storage)}): 5}
+    assert up == {frozenset({("storage", storage)}): 1}
+    assert top == {
+        frozenset({("storage", storage), ("scope", "ip:192.0.2.1")}): 1,
+        frozenset({("storage", storage), ("scope", "ip:192.0.2.9")}): 1,
+    }
+    # A second registry on the same meter provider: observed with its own storage label.
     second: CancellationRegistry = make_memory_registry()
+    other = second.storage.identity
     otel.instrument(second, tracer_provider=tracer_provider, meter_provider=meter_provider)
     await second.cancel(1, None, "principal:dave")
-    rows = points(metric_reader, "mcp.cancellation.rows")
-    assert rows[frozenset({("mcp.cancellation.scope_kind", "ip")})] == 2
-    assert rows[frozenset({("mcp.cancellation.scope_kind", "principal")})] == 1
+    rows = points(metric_reader, "mcp_cancellation.rows")
+    assert rows == {
+        frozenset({("storage", storage), ("scope_kind", "ip")}): 2,
+        frozenset({("storage", other), ("scope_kind", "principal")}): 1,
+    }
     otel.uninstrument(registry)
-    rows = points(metric_reader, "mcp.cancellation.rows")
-    assert rows[frozenset({("mcp.cancellation.scope_kind", "ip")})] == 0
+    rows = points(metric_reader, "mcp_cancellation.rows")
+    assert rows == {frozenset({("storage", other), ("scope_kind", "principal")}): 1}
     otel.uninstrument(second)
-    assert points(metric_reader, "mcp.cancellation.rows") == {}
+    assert points(metric_reader, "mcp_cancellation.rows") == {}

@@ -201,6 +201,13 @@ class Storage(abc.ABC):
         read them (a storage behind a server)."""
         return None
 
+    def stats_from_thread(self, timeout: float) -> StorageStats | None:
+        """Row counts per scope for a caller that cannot await (a metrics exporter's own
+        thread): :meth:`stats_nowait` when it answers, else a storage behind a server
+        reads them on its own event loop, waiting at most *timeout* seconds. ``None`` when
+        they cannot be read in time, or when waiting would block the storage's own loop."""
+        return self.stats_nowait()
+
     # -- the synchronous face (storages with ``synchronous = True``) -------------------
 
     def add_nowait(

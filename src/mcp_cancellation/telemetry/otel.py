@@ -1,60 +1,69 @@
-"""OpenTelemetry bridge: the registry's signals as spans and meter counters.
+"""OpenTelemetry bridge: the registry's signals as spans, span events and metrics.
 
 :func:`instrument` connects to :mod:`mcp_cancellation.signals`; :func:`uninstrument`
 disconnects. Signals are sent synchronously by the task that called the registry, so the
-*current* span is the caller's and every span below is its child: the HTTP server span of
-a ``notifications/cancelled`` POST (the middleware answers it in front of the SDK), the
-SDK's request span for ``registry.cancel()`` from tool code, no parent for the janitor.
+*current* span is the caller's: the HTTP server span of a ``notifications/cancelled`` POST
+(the middleware answers it in front of the SDK), the SDK's request span for
+``registry.cancel()`` from tool code, no parent for the janitor.
 
-Spans (tracer ``mcp_cancellation``, the package version):
+Spans and events (tracer ``mcp_cancellation``, the package version). The package's own
+attributes live under ``mcp_cancellation.*``; ``mcp.method.name`` is the MCP semantic
+convention's, and is set only where it names the message being handled:
 
-``mcp.cancellation.cancel``
-    a recorded cancellation (instantaneous: it is created when the row was written):
-    ``jsonrpc.request.id``, ``mcp.method.name`` (``notifications/cancelled`` when it came
-    from one; absent for a disconnect or a library call), ``mcp.cancellation.source``
-    (``notification``, ``disconnect``, ``api`` or ``other``), ``mcp.cancellation.scope_kind``,
-    ``mcp.cancellation.scope`` (session scopes hashed), ``mcp.cancellation.reason`` (when
-    given; already sanitised and truncated by the registry).
-``mcp.cancellation.cleanup``
-    one cleanup pass, starting and ending when the pass did: ``mcp.cancellation.removed``,
-    ``mcp.cancellation.in_flight_removed``.
-``mcp.cancellation.evict``
-    the global cap evicted rows of one scope: ``mcp.cancellation.scope_kind``,
-    ``mcp.cancellation.scope``, ``mcp.cancellation.evicted``.
-``mcp.cancellation.reject``
-    a refused cancellation, status ERROR: ``mcp.cancellation.scope_kind``,
-    ``mcp.cancellation.scope``, ``mcp.cancellation.rejection.reason`` (``quota`` or
-    ``invalid_request_id``), ``jsonrpc.request.id`` (valid ids only).
+``mcp_cancellation.cancel`` (span)
+    a recorded cancellation (instantaneous: it is created when the row was written), a
+    child of the span of the message that cancelled: ``mcp_cancellation.request.id`` (the
+    id of the *cancelled* request; ``jsonrpc.request.id`` is not set, since this is not
+    that request's span), ``mcp.method.name`` (``notifications/cancelled`` when it came
+    from one), ``mcp_cancellation.source`` (``notification``, ``disconnect``, ``api`` or
+    ``other``), ``mcp_cancellation.scope_kind``, ``mcp_cancellation.scope`` (session scopes
+    hashed), ``mcp_cancellation.reason`` (when given; sanitised and truncated).
+``mcp_cancellation.cleanup`` (span)
+    one cleanup pass, starting and ending when the pass did: ``mcp_cancellation.removed``,
+    ``mcp_cancellation.in_flight_removed``.
+``mcp_cancellation.evict`` (span)
+    the global cap evicted rows of one scope (at most one per eviction batch):
+    ``mcp_cancellation.scope_kind``, ``mcp_cancellation.scope``, ``mcp_cancellation.evicted``.
+``mcp_cancellation.rejected`` (event on the current span)
+    a refused cancellation: ``error.type`` (``quota`` or ``invalid_request_id``),
+    ``mcp_cancellation.scope_kind``, ``mcp_cancellation.scope``. An event, not a span: a
+    flood of rejections must not create a trace per rejection; the counter
+    ``mcp_cancellation.rejected`` counts every one, traced or not.
 
-Evictions and rejections are spans rather than events so that they are recorded even when
-nothing else is being traced. Counters (meter ``mcp_cancellation``) mirror the Prometheus
-ones: ``mcp.cancellation.cancelled``, ``mcp.cancellation.rejected``,
-``mcp.cancellation.evicted``, ``mcp.cancellation.cleanup.removed``, plus the histogram
-``mcp.cancellation.cleanup.duration`` (seconds) and, when one registry is instrumented and
-its storage can be read synchronously (memory), the observable gauges
-``mcp.cancellation.rows`` and ``mcp.cancellation.in_flight``. See ``docs/metrics.md``.
+Metrics (meter ``mcp_cancellation``): exactly the catalogue of
+:mod:`mcp_cancellation.telemetry.prometheus.catalogue`, so that an OpenTelemetry Prometheus
+exporter (or a collector receiving OTLP) produces the names, label names and types the
+shipped dashboards and alerts query. Instrument ``mcp_cancellation.X`` becomes the
+Prometheus metric ``mcp_cancellation_X`` (counters ``..._total``); attributes are the
+Prometheus label names (``scope_kind``, ``reason``, ``table``, ``storage``, ``operation``,
+``scope``). Gauges are observed at collection time for an instrumented registry, from one
+read of its storage per collection (at most ``stats_timeout`` seconds, on a Redis storage's
+own loop). The histogram ``mcp_cancellation.cleanup.duration`` (seconds, buckets from 1 ms
+to 10 s) is OpenTelemetry's only. See ``docs/metrics.md``.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import weakref
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import signals
 from ..__about__ import __version__
 from .._extras import requires
 from ..scope import SCOPE_KINDS, scope_kind
-from ..storage.base import StorageStats
+from ..storage.base import STORAGE_OPERATIONS, Storage
 from ._bridge import Bridge, Receivers, Setups
+from ._catalogue import ALL, METRICS, PREFIX, REJECT_REASONS, TABLES, otel_name
 from ._guard import never_raise
 from ._labels import ScopeLabeler, resolve_key
+from ._rejections import Rejections
+from ._table_state import TableState, gauge_values
 
 with requires("otel", "The OpenTelemetry bridge (mcp_cancellation.telemetry.otel)"):
     from opentelemetry import metrics, trace
     from opentelemetry.metrics import CallbackOptions, Observation
-    from opentelemetry.trace import Status, StatusCode
 
 
 if TYPE_CHECKING:
@@ -62,6 +71,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTRIBUTES",
+    "CLEANUP_BUCKETS",
+    "EVENT_REJECTED",
     "INSTRUMENTATION_NAME",
     "METER_INSTRUMENTS",
     "SPAN_NAMES",
@@ -74,29 +85,30 @@ __all__ = [
 #: Name of the tracer and the meter (the instrumentation scope).
 INSTRUMENTATION_NAME = "mcp_cancellation"
 
-SPAN_CANCEL = "mcp.cancellation.cancel"
-SPAN_CLEANUP = "mcp.cancellation.cleanup"
-SPAN_EVICT = "mcp.cancellation.evict"
-SPAN_REJECT = "mcp.cancellation.reject"
+SPAN_CANCEL = "mcp_cancellation.cancel"
+SPAN_CLEANUP = "mcp_cancellation.cleanup"
+SPAN_EVICT = "mcp_cancellation.evict"
 #: Every span name this bridge creates.
-SPAN_NAMES = frozenset({SPAN_CANCEL, SPAN_CLEANUP, SPAN_EVICT, SPAN_REJECT})
+SPAN_NAMES = frozenset({SPAN_CANCEL, SPAN_CLEANUP, SPAN_EVICT})
+#: The event added to the current span for a refused cancellation.
+EVENT_REJECTED = "mcp_cancellation.rejected"
 
-REQUEST_ID = "jsonrpc.request.id"
+REQUEST_ID = "mcp_cancellation.request.id"
 METHOD = "mcp.method.name"
-SOURCE = "mcp.cancellation.source"
-SCOPE_KIND = "mcp.cancellation.scope_kind"
-SCOPE = "mcp.cancellation.scope"
-REASON = "mcp.cancellation.reason"
-REMOVED = "mcp.cancellation.removed"
-IN_FLIGHT_REMOVED = "mcp.cancellation.in_flight_removed"
-EVICTED = "mcp.cancellation.evicted"
-REJECTION_REASON = "mcp.cancellation.rejection.reason"
-TABLE = "mcp.cancellation.table"
-#: Every span (and metric point) attribute this bridge sets.
+ERROR_TYPE = "error.type"
+SOURCE = "mcp_cancellation.source"
+SCOPE_KIND = "mcp_cancellation.scope_kind"
+SCOPE = "mcp_cancellation.scope"
+REASON = "mcp_cancellation.reason"
+REMOVED = "mcp_cancellation.removed"
+IN_FLIGHT_REMOVED = "mcp_cancellation.in_flight_removed"
+EVICTED = "mcp_cancellation.evicted"
+#: Every span and event attribute this bridge sets.
 ATTRIBUTES = frozenset(
     {
         REQUEST_ID,
         METHOD,
+        ERROR_TYPE,
         SOURCE,
         SCOPE_KIND,
         SCOPE,
@@ -104,23 +116,52 @@ ATTRIBUTES = frozenset(
         REMOVED,
         IN_FLIGHT_REMOVED,
         EVICTED,
-        REJECTION_REASON,
-        TABLE,
     }
 )
 
-#: Meter instruments: name -> (kind, unit, attributes).
-METER_INSTRUMENTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "mcp.cancellation.cancelled": ("counter", "{cancellation}", (SCOPE_KIND, SOURCE)),
-    "mcp.cancellation.rejected": ("counter", "{cancellation}", (SCOPE_KIND, REJECTION_REASON)),
-    "mcp.cancellation.evicted": ("counter", "{row}", (SCOPE_KIND,)),
-    "mcp.cancellation.cleanup.removed": ("counter", "{row}", (TABLE,)),
-    "mcp.cancellation.cleanup.duration": ("histogram", "s", ()),
-    "mcp.cancellation.rows": ("gauge", "{row}", (SCOPE_KIND,)),
-    "mcp.cancellation.in_flight": ("gauge", "{row}", (SCOPE_KIND,)),
+_UNITS: Final = {
+    "cancelled_total": "{cancellation}",
+    "rejected_total": "{cancellation}",
+    "evicted_total": "{row}",
+    "cleanup_removed_total": "{row}",
+    "storage_errors_total": "{error}",
+    "rows": "{row}",
+    "in_flight": "{row}",
+    "max_rows": "{row}",
+    "max_rows_per_scope": "{row}",
+    "scope_rows": "{row}",
+    "storage_up": "",
+    "scope_rejections": "{cancellation}",
 }
+#: Bucket boundaries (seconds) of the cleanup-duration histogram.
+CLEANUP_BUCKETS: Final = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+_DURATION = "mcp_cancellation.cleanup.duration"
+
+#: Meter instruments: name -> (kind, unit, attributes). The attributes are the labels of
+#: the catalogue's Prometheus metric of the same name.
+METER_INSTRUMENTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    otel_name(info.name): (info.type, _UNITS[info.name.removeprefix(PREFIX)], info.labels)
+    for info in ALL
+}
+METER_INSTRUMENTS[_DURATION] = ("histogram", "s", ())
 
 _NOTIFICATION = "notifications/cancelled"
+#: How long one collection's table state is reused by the other gauges' callbacks.
+_STATE_REUSE = 0.5
 
 
 def _source(method: str | None) -> str:
@@ -133,13 +174,51 @@ def _source(method: str | None) -> str:
     return "other"
 
 
+class _Instruments:
+    """The counters and the histogram of one meter (a provider hands out one instrument
+    per name, so bridges on one meter share them and their counts add up)."""
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        def counter(name: str) -> Any:
+            info = METRICS[PREFIX + name + "_total"]
+            return meter.create_counter(otel_name(info.name), _UNITS[name + "_total"], info.help)
+
+        self.cancelled = counter("cancelled")
+        self.rejected = counter("rejected")
+        self.evicted = counter("evicted")
+        self.removed = counter("cleanup_removed")
+        self.storage_errors = counter("storage_errors")
+        self.duration = meter.create_histogram(
+            _DURATION,
+            "s",
+            "Duration of cleanup passes.",
+            explicit_bucket_boundaries_advisory=list(CLEANUP_BUCKETS),
+        )
+
+    def zero(self, storage: str | None) -> None:
+        """Every label combination at 0, so that rate() sees the first event."""
+        for kind in SCOPE_KINDS:
+            self.cancelled.add(0, {"scope_kind": kind})
+            self.evicted.add(0, {"scope_kind": kind})
+            for reason in REJECT_REASONS:
+                self.rejected.add(0, {"scope_kind": kind, "reason": reason})
+        for table in TABLES:
+            self.removed.add(0, {"table": table})
+        if storage is not None:
+            for operation in STORAGE_OPERATIONS:
+                self.storage_errors.add(0, {"storage": storage, "operation": operation})
+
+
 class OpenTelemetryBridge(Bridge):
-    """Spans and counters for the signals of one registry (or of all, with ``None``).
+    """Spans and metrics for the signals of one registry (or of all, with ``None``).
 
     Providers default to the global ones (through OpenTelemetry's proxies, so a provider
     set later is used). :meth:`install` and :meth:`uninstall` are idempotent. Prefer
     :func:`instrument`, which keeps one bridge per registry. Bridges sharing a meter
-    provider share its instruments: their counters and row gauges add up.
+    provider share its instruments: their counters add up, and each registry's gauges
+    are observed with its own ``storage`` label. *top_k* and *heavy_hitters_capacity*
+    bound the ``scope`` series as in the Prometheus bridge; *stats_timeout* bounds each
+    collection's read of the storage.
     """
 
     def __init__(
@@ -149,32 +228,26 @@ class OpenTelemetryBridge(Bridge):
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
         hash_key: str | bytes | None = None,
+        top_k: int = 20,
+        heavy_hitters_capacity: int | None = None,
+        stats_timeout: float = 2.0,
     ) -> None:
         super().__init__(registry)
         self._providers = (tracer_provider, meter_provider)
         self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider)
         meter = metrics.get_meter(INSTRUMENTATION_NAME, __version__, meter_provider)
         self.labeler = ScopeLabeler(hash_key)
-        self._cancelled = meter.create_counter(
-            "mcp.cancellation.cancelled", "{cancellation}", "Cancellations recorded."
-        )
-        self._rejected = meter.create_counter(
-            "mcp.cancellation.rejected", "{cancellation}", "Cancellations refused."
-        )
-        self._evicted = meter.create_counter(
-            "mcp.cancellation.evicted", "{row}", "Rows evicted by the global cap."
-        )
-        self._removed = meter.create_counter(
-            "mcp.cancellation.cleanup.removed", "{row}", "Rows removed by cleanup passes."
-        )
-        self._duration = meter.create_histogram(
-            "mcp.cancellation.cleanup.duration", "s", "Duration of cleanup passes."
-        )
+        self.top_k = top_k
+        self.stats_timeout = stats_timeout
+        self.rejections = Rejections(top_k, heavy_hitters_capacity or 10 * top_k, self.labeler)
+        self._instruments = _instruments(meter)
+        self._storage = registry.storage.identity if registry is not None else None
+        self._state: tuple[float, TableState | None] = (-1.0, None)
+        self._state_lock = threading.Lock()
         if registry is not None:
-            # Row gauges need the storage's state: read synchronously when the storage
-            # allows it (MemoryStorage), else not observed.
-            for table in ("rows", "in_flight"):
-                _join_gauge(meter, table, self)
+            for info in ALL:
+                if info.type == "gauge":
+                    _join_gauge(meter, info.name, self)
 
     def _receivers(self) -> Receivers:
         return [
@@ -182,20 +255,39 @@ class OpenTelemetryBridge(Bridge):
             (signals.cancellation_cleanup, self._on_cleanup),
             (signals.cancellation_evicted, self._on_evicted),
             (signals.cancellation_rejected, self._on_rejected),
+            (signals.storage_error, self._on_storage_error),
         ]
+
+    def _attach(self) -> None:
+        self._instruments.zero(self._storage)
 
     # -- observable gauges -------------------------------------------------------------
 
-    def _stats(self) -> StorageStats | None:
+    def table_state(self) -> TableState | None:
+        """What this collection's gauges show (``None`` when not installed or the
+        registry is gone); read once and reused by the other gauges of the collection."""
         registry = self.registry
         if registry is None or not self.installed:
             return None
-        return registry.storage.stats_nowait()
-
-    def _counts(self, table: str) -> Mapping[str, int] | None:
-        """Rows (or in-flight rows) per scope, if installed and readable synchronously."""
-        stats = self._stats()
-        return None if stats is None else getattr(stats, table)
+        with self._state_lock:
+            taken, state = self._state
+            now = time.monotonic()
+            if state is not None and now - taken < _STATE_REUSE:
+                return state
+            storage = registry.storage
+            stats = storage.stats_from_thread(self.stats_timeout)
+            state = TableState(
+                storage=storage.identity,
+                up=storage.available,
+                max_rows=registry.max_rows,
+                max_rows_per_scope=registry.max_rows_per_scope,
+                stats=stats,
+                rejections=self.rejections.select(),
+                top_k=self.top_k,
+                labeler=self.labeler,
+            )
+            self._state = (now, state)
+            return state
 
     # -- receivers ---------------------------------------------------------------------
 
@@ -223,7 +315,7 @@ class OpenTelemetryBridge(Bridge):
         if reason is not None:
             attributes[REASON] = reason
         self.tracer.start_span(SPAN_CANCEL, attributes=attributes).end()
-        self._cancelled.add(1, {SCOPE_KIND: kind, SOURCE: source})
+        self._instruments.cancelled.add(1, {"scope_kind": kind})
 
     @never_raise
     def _on_cleanup(
@@ -246,11 +338,11 @@ class OpenTelemetryBridge(Bridge):
         else:
             self.tracer.start_span(SPAN_CLEANUP, attributes=attributes).end()
         if removed:
-            self._removed.add(removed, {TABLE: "cancellations"})
+            self._instruments.removed.add(removed, {"table": "cancellations"})
         if in_flight_removed:
-            self._removed.add(in_flight_removed, {TABLE: "in_flight"})
+            self._instruments.removed.add(in_flight_removed, {"table": "in_flight"})
         if duration is not None:
-            self._duration.record(duration)
+            self._instruments.duration.record(duration)
 
     @never_raise
     def _on_evicted(self, sender: object, *, scope: str, count: int, **_: object) -> None:
@@ -261,69 +353,79 @@ class OpenTelemetryBridge(Bridge):
             EVICTED: count,
         }
         self.tracer.start_span(SPAN_EVICT, attributes=attributes).end()
-        self._evicted.add(count, {SCOPE_KIND: kind})
+        self._instruments.evicted.add(count, {"scope_kind": kind})
 
     @never_raise
-    def _on_rejected(
-        self,
-        sender: object,
-        *,
-        scope: str,
-        reason: str,
-        request_id: str | None = None,
-        **_: object,
-    ) -> None:
+    def _on_rejected(self, sender: object, *, scope: str, reason: str, **_: object) -> None:
         kind = scope_kind(scope)
-        attributes: dict[str, str] = {
-            SCOPE_KIND: kind,
-            SCOPE: self.labeler(scope),
-            REJECTION_REASON: reason,
-        }
-        if request_id is not None:
-            attributes[REQUEST_ID] = request_id
-        span = self.tracer.start_span(SPAN_REJECT, attributes=attributes)
-        span.set_status(Status(StatusCode.ERROR, reason))
-        span.end()
-        self._rejected.add(1, {SCOPE_KIND: kind, REJECTION_REASON: reason})
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event(
+                EVENT_REJECTED,
+                {ERROR_TYPE: reason, SCOPE_KIND: kind, SCOPE: self.labeler(scope)},
+            )
+        self._instruments.rejected.add(1, {"scope_kind": kind, "reason": reason})
+        if self._registry_ref is not None:
+            self.rejections.add(scope, reason)
+
+    @never_raise
+    def _on_storage_error(self, sender: object, *, operation: str, **_: object) -> None:
+        storage = sender.identity if isinstance(sender, Storage) else "unknown"
+        attributes = {"storage": storage, "operation": operation}
+        self._instruments.storage_errors.add(1, attributes)
+
+
+_instruments_lock = threading.Lock()
+_by_meter: weakref.WeakKeyDictionary[Any, _Instruments] = weakref.WeakKeyDictionary()
+
+
+def _instruments(meter: metrics.Meter) -> _Instruments:
+    with _instruments_lock:
+        found = _by_meter.get(meter)
+        if found is None:
+            found = _by_meter[meter] = _Instruments(meter)
+        return found
 
 
 class _GaugeMembers:
-    """The bridges observed by one observable gauge (one per meter and table).
+    """The bridges observed by one observable gauge (one per meter and catalogue gauge).
 
     A meter provider hands out one instrument per name, keeping the first callback, so
-    bridges of several registries on one provider join the first one's member set and
-    their rows add up, as their counters do.
+    bridges of several registries on one provider join the first one's member set; each
+    observes its own table, with its own ``storage`` label.
     """
 
-    def __init__(self, table: str) -> None:
-        self.table = table
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.labels = METRICS[name].labels
         self.bridges: weakref.WeakSet[OpenTelemetryBridge] = weakref.WeakSet()
 
     def observe(self, options: CallbackOptions) -> list[Observation]:
-        by_kind = dict.fromkeys(SCOPE_KINDS, 0)
-        seen = False
+        observations: list[Observation] = []
         for bridge in list(self.bridges):
-            counts = bridge._counts(self.table)
-            if counts is None:
+            state = bridge.table_state()
+            if state is None:
                 continue
-            seen = True
-            for scope, count in counts.items():
-                by_kind[scope_kind(scope)] += count
-        if not seen:
-            return []
-        return [Observation(count, {SCOPE_KIND: kind}) for kind, count in by_kind.items()]
+            for name, points in gauge_values(state):
+                if name == self.name:
+                    for values, value in points:
+                        attributes = dict(zip(self.labels, values, strict=True))
+                        observations.append(Observation(value, attributes))
+        return observations
 
 
-_GAUGE_HELP = {"rows": "Cancellation rows, by scope kind.", "in_flight": "In-flight request rows."}
 _gauges: weakref.WeakKeyDictionary[Any, _GaugeMembers] = weakref.WeakKeyDictionary()
 _gauges_lock = threading.Lock()
 
 
-def _join_gauge(meter: metrics.Meter, table: str, bridge: OpenTelemetryBridge) -> None:
+def _join_gauge(meter: metrics.Meter, name: str, bridge: OpenTelemetryBridge) -> None:
     with _gauges_lock:
-        members = _GaugeMembers(table)
+        members = _GaugeMembers(name)
         instrument = meter.create_observable_gauge(
-            f"mcp.cancellation.{table}", [members.observe], "{row}", _GAUGE_HELP[table]
+            otel_name(name),
+            [members.observe],
+            _UNITS[name.removeprefix(PREFIX)],
+            METRICS[name].help,
         )
         members = _gauges.setdefault(instrument, members)
         members.bridges.add(bridge)

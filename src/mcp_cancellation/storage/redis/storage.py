@@ -7,6 +7,7 @@ key layout and the scripts are in :mod:`._scripts`, the background push in :mod:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import uuid
@@ -379,6 +380,23 @@ class RedisStorage(Storage):
             rows={text(scope): int(n) for scope, n in rows},
             in_flight={text(scope): int(n) for scope, n in flights.items() if int(n) > 0},
         )
+
+    def stats_from_thread(self, timeout: float) -> StorageStats | None:
+        """:meth:`stats` on the home loop, from another thread, within *timeout*."""
+        home = self._home.loop
+        if home is None or home.is_closed() or not home.is_running() or self._home.closed:
+            return None
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is home:
+                return None  # blocking here would stop the loop that must answer
+        future = asyncio.run_coroutine_threadsafe(self.stats(), home)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return None
+        except StorageUnavailable:
+            return None
 
     # -- push ----------------------------------------------------------------------------
 

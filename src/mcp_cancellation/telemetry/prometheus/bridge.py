@@ -17,10 +17,8 @@ from ...scope import SCOPE_KINDS, scope_kind
 from ...storage.base import STORAGE_OPERATIONS, StorageStats
 from .._bridge import Bridge, Receivers
 from .._guard import never_raise
-from .._heavy_hitters import SpaceSaving
 from .._labels import ScopeLabeler
-from .._stable_top import StableTop
-from .._table_state import ITEM_SEPARATOR
+from .._rejections import REJECTIONS_WINDOW, Rejections
 from .catalogue import METRICS, PREFIX, REJECT_REASONS, TABLES
 from .collector import GaugeState, StateCollector
 from .multiprocess import MULTIPROC_ENV, HitterFiles, check_multiprocess
@@ -34,9 +32,6 @@ if TYPE_CHECKING:
     from ...registry import CancellationRegistry
 
 __all__ = ["REJECTIONS_WINDOW", "PrometheusBridge"]
-
-#: Seconds in which ``scope_rejections`` admits at most ``top_k`` new series.
-REJECTIONS_WINDOW: Final = 120.0
 
 logger = logging.getLogger("mcp_cancellation.telemetry")
 
@@ -93,13 +88,13 @@ class PrometheusBridge(Bridge):
             raise ConfigurationError(f"stats_timeout must be > 0 seconds, not {stats_timeout!r}")
         super().__init__(registry)
         self.stats_timeout = float(stats_timeout)
-        self._top = StableTop(top_k, REJECTIONS_WINDOW)
         self._probe_ok: bool | None = None
         self._storage = registry.storage.identity
         self.collector_registry = collector_registry
         self.top_k = top_k
         self.labeler = ScopeLabeler(hash_key)
-        self.hitters = SpaceSaving(capacity)
+        self.rejections = Rejections(top_k, capacity, self.labeler)
+        self.hitters = self.rejections.hitters
         directory = multiprocess_dir or os.environ.get(MULTIPROC_ENV) or None
         if directory is not None:
             check_multiprocess(directory)
@@ -194,7 +189,7 @@ class PrometheusBridge(Bridge):
         child = self._rejected.get((scope_kind(scope), reason))
         if child is not None:
             child.inc()
-        self.hitters.add(reason + ITEM_SEPARATOR + self.labeler(scope))
+        self.rejections.add(scope, reason)
         if self._files is not None:
             self._files.mark()
 
@@ -262,9 +257,9 @@ class PrometheusBridge(Bridge):
         if registry is None:
             return None
         if self._files is not None:
-            rejections = self._files.select(self._top)
+            rejections = self._files.select(self.rejections.top)
         else:
-            rejections = self._top.select(*self.hitters.summary())
+            rejections = self.rejections.select()
         storage = registry.storage
         return GaugeState(
             storage=self._storage,
