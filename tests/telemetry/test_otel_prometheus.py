@@ -1,0 +1,157 @@
+"""One registry, both bridges, one real Prometheus: the OpenTelemetry path (the OTel SDK
+and its Prometheus exporter) exports exactly the series of the prometheus_client path, and
+every shipped dashboard query and alert expression reads the same through either.
+
+The registry keeps its table in a real Redis, so the OTel gauges are read at collection
+time from another thread (the exporter's), through ``Storage.stats_from_thread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import pytest
+import yaml
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+from prometheus_client import CollectorRegistry, make_asgi_app
+
+from mcp_cancellation import (
+    CancellationLimitReached,
+    CancellationRegistry,
+    InvalidRequestId,
+    dashboards,
+)
+from mcp_cancellation.storage.redis import RedisStorage
+from mcp_cancellation.telemetry import otel
+from mcp_cancellation.telemetry.prometheus import METRIC_NAMES, metrics_app
+
+from ..dashboards._rules import load_dashboard
+from ..dashboards._servers import PrometheusServer
+from ..support import UvicornThread, async_wait_until, project_root
+
+pytestmark = [pytest.mark.prometheus, pytest.mark.redis, pytest.mark.e2e, pytest.mark.timeout(90)]
+
+IGNORED = {"instance", "job"}
+
+
+def _series(result: list[dict[str, Any]]) -> dict[frozenset[tuple[str, str]], float]:
+    return {
+        frozenset((k, v) for k, v in r["metric"].items() if k not in IGNORED): float(r["value"][1])
+        for r in result
+    }
+
+
+async def test_otel_exporter_matches_prometheus_client(redis_server: Any) -> None:
+    storage = RedisStorage.from_url(redis_server.url, prefix="otel-vs-prometheus")
+    registry = CancellationRegistry(
+        storage, max_rows=6, max_rows_per_scope=2, janitor_interval=None
+    )
+    prometheus_path = metrics_app(registry)
+    exposition = CollectorRegistry()
+    reader = PrometheusMetricReader(
+        registry=exposition, scope_info_enabled=False, disable_target_info=True
+    )
+    provider = MeterProvider(metric_readers=[reader])
+    otel.instrument(registry, meter_provider=provider, tracer_provider=TracerProvider())
+    exporter_app = make_asgi_app(registry=exposition)
+
+    async def otel_path(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":  # prometheus_client's app speaks HTTP only
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await exporter_app(scope, receive, send)
+
+    try:
+        # Traffic: cancellations of every kind, both rejection reasons, an eviction.
+        for request_id in (1, 2):
+            await registry.cancel(request_id, None, "ip:192.0.2.1")
+        with pytest.raises(CancellationLimitReached):
+            await registry.cancel(3, None, "ip:192.0.2.1")
+        with pytest.raises(InvalidRequestId):
+            await registry.cancel(1.5, None, "ip:192.0.2.2")
+        await registry.cancel(1, "stop", "principal:alice")
+        await registry.cancel(1, None, "session:S3cr3t")
+        await registry.cancel(2, None, "session:S3cr3t")
+        await registry.cancel(1, None)
+        await registry.cancel(1, None, "ip:192.0.2.3")  # the seventh row: evicts one
+        with (
+            UvicornThread(prometheus_path) as a,
+            UvicornThread(otel_path) as b,
+            PrometheusServer([f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"]) as prometheus,
+        ):
+            instance = {"prometheus_client": f"127.0.0.1:{a.port}", "otel": f"127.0.0.1:{b.port}"}
+            async with registry.request(9, "principal:bob"):
+
+                def query(expr: str, where: str) -> dict[frozenset[tuple[str, str]], float]:
+                    expr = dashboards.substitute(expr, "10s", instance=where)
+                    return _series(prometheus.query(expr))
+
+                async def both(expr: str) -> dict[str, dict[frozenset[tuple[str, str]], float]]:
+                    # In a thread: the registry's Redis storage lives on this test's loop,
+                    # which both exporters need running while Prometheus scrapes them.
+                    return {
+                        path: await asyncio.to_thread(query, expr, where)
+                        for path, where in instance.items()
+                    }
+
+                async def agree(expr: str, empty: bool = False) -> None:
+                    """Wait until both paths' latest scrapes give the same, non-empty answer
+                    (each target is scraped on its own schedule; a scrape that overran its
+                    1 s timeout leaves that target's series stale until the next one)."""
+                    last: list[Any] = []
+
+                    async def same() -> bool:
+                        seen = await both(expr)
+                        last[:] = [seen]
+                        found = bool(seen["otel"]) or empty  # an alert that does not fire
+                        return found and seen["otel"] == seen["prometheus_client"]
+
+                    try:
+                        await async_wait_until(same, within=15, interval=0.25)
+                    except AssertionError:
+                        raise AssertionError(f"{expr}: {last}") from None
+
+                async def scraped() -> bool:
+                    flights = await both("sum by (instance) (mcp_cancellation_in_flight)")
+                    return all(v == {frozenset(): 1.0} for v in flights.values())
+
+                await async_wait_until(scraped, within=30, interval=0.25)
+
+                # 1. Every metric: the same series (names, label names and values).
+                for name in sorted(METRIC_NAMES):
+                    await agree(f'{name}{{instance=~"$instance"}}')
+                # ... and the same types, as Prometheus recorded them.
+                metadata = await asyncio.to_thread(prometheus.api, "metadata")
+                for name in METRIC_NAMES:
+                    family = name.removesuffix("_total")
+                    kinds = {entry["type"] for entry in metadata.get(family, [])}
+                    kinds |= {entry["type"] for entry in metadata.get(name, [])}
+                    assert kinds == {"counter" if name.endswith("_total") else "gauge"}, name
+
+                # 2. Every dashboard query and alert expression reads the same.
+                queries = [
+                    query.expr
+                    for file in sorted(dashboards.DASHBOARDS)
+                    for query in dashboards.panel_queries(load_dashboard(file))
+                ]
+                rules = yaml.safe_load(
+                    (project_root() / "dashboards" / "alerts.yaml").read_text(encoding="utf-8")
+                )
+                alert_exprs = {r["expr"] for g in rules["groups"] for r in g["rules"]}
+                queries += sorted(alert_exprs)
+                for expr in queries:
+                    if "rate(" in expr or "increase(" in expr:
+                        continue  # compared through their counters above
+                    await agree(expr, empty=expr in alert_exprs)
+    finally:
+        otel.uninstrument(registry)
+        with contextlib.suppress(Exception):
+            provider.shutdown()
+        prometheus_path.bridge.uninstall()
+        await registry.aclose()
