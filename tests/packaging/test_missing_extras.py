@@ -16,6 +16,11 @@ CASES = [
     ("from mcp_cancellation.telemetry import metrics_app", "prometheus", "The Prometheus bridge"),
     ("import mcp_cancellation.telemetry.otel", "otel", "The OpenTelemetry bridge"),
     ("from mcp_cancellation.telemetry import instrument", "otel", "The OpenTelemetry bridge"),
+    (
+        "import mcp_cancellation.telemetry.instrumentation",
+        "otel-instrumentation",
+        "McpCancellationInstrumentor",
+    ),
     ("import mcp_cancellation.integrations.mcp_sdk", "mcp", "integrations.mcp_sdk"),
     ("import mcp_cancellation.integrations.fastmcp", "fastmcp", "integrations.fastmcp"),
     ("import mcp_cancellation.demo", "mcp", "mcp-cancellation demo"),

@@ -260,6 +260,19 @@ class OpenTelemetryBridge(Bridge):
 
     def _attach(self) -> None:
         self._instruments.zero(self._storage)
+        registry = self.registry
+        if registry is not None:
+            _bridged.add(registry)
+
+    def _detach(self) -> None:
+        registry = self.registry
+        if registry is not None:
+            _bridged.discard(registry)
+
+    def _elsewhere(self, sender: object) -> bool:
+        """Whether *sender* has a bridge of its own, so that this bridge for every registry
+        (``opentelemetry-instrument``) leaves its signals to that one: recorded once."""
+        return self._registry_ref is None and sender in _bridged
 
     # -- observable gauges -------------------------------------------------------------
 
@@ -302,6 +315,8 @@ class OpenTelemetryBridge(Bridge):
         method: str | None = None,
         **_: object,
     ) -> None:
+        if self._elsewhere(sender):
+            return
         kind = scope_kind(scope)
         source = _source(method)
         attributes: dict[str, str] = {
@@ -328,6 +343,8 @@ class OpenTelemetryBridge(Bridge):
         start_time_ns: int | None = None,
         **_: object,
     ) -> None:
+        if self._elsewhere(sender):
+            return
         attributes = {REMOVED: removed, IN_FLIGHT_REMOVED: in_flight_removed}
         if start_time_ns is not None and duration is not None:
             end = start_time_ns + max(0, round(duration * 1e9))
@@ -346,6 +363,8 @@ class OpenTelemetryBridge(Bridge):
 
     @never_raise
     def _on_evicted(self, sender: object, *, scope: str, count: int, **_: object) -> None:
+        if self._elsewhere(sender):
+            return
         kind = scope_kind(scope)
         attributes: dict[str, str | int] = {
             SCOPE_KIND: kind,
@@ -357,6 +376,8 @@ class OpenTelemetryBridge(Bridge):
 
     @never_raise
     def _on_rejected(self, sender: object, *, scope: str, reason: str, **_: object) -> None:
+        if self._elsewhere(sender):
+            return
         kind = scope_kind(scope)
         span = trace.get_current_span()
         if span.is_recording():
@@ -370,10 +391,15 @@ class OpenTelemetryBridge(Bridge):
 
     @never_raise
     def _on_storage_error(self, sender: object, *, operation: str, **_: object) -> None:
+        if self._registry_ref is None and any(r.storage is sender for r in list(_bridged)):
+            return  # that registry's own bridge counts it
         storage = sender.identity if isinstance(sender, Storage) else "unknown"
         attributes = {"storage": storage, "operation": operation}
         self._instruments.storage_errors.add(1, attributes)
 
+
+#: Registries that have a bridge of their own (see OpenTelemetryBridge._elsewhere).
+_bridged: weakref.WeakSet[Any] = weakref.WeakSet()
 
 _instruments_lock = threading.Lock()
 _by_meter: weakref.WeakKeyDictionary[Any, _Instruments] = weakref.WeakKeyDictionary()
