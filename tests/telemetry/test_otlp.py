@@ -1,0 +1,133 @@
+"""OTLP/HTTP end to end: the SDK's OTLP exporters push the bridge's spans and metrics to a
+loopback OTLP/HTTP receiver, which decodes the protobuf; the documented names arrive."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from mcp_cancellation import CancellationLimitReached, CancellationRegistry
+from mcp_cancellation.telemetry import otel
+
+from ..support import wait_until
+
+
+class Receiver:
+    """A loopback OTLP/HTTP receiver (``/v1/traces``, ``/v1/metrics``, protobuf)."""
+
+    def __init__(self) -> None:
+        self.traces: list[ExportTraceServiceRequest] = []
+        self.metrics: list[ExportMetricsServiceRequest] = []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["content-length"]))
+                reply: Any
+                if self.path == "/v1/traces":
+                    receiver.traces.append(ExportTraceServiceRequest.FromString(body))
+                    reply = ExportTraceServiceResponse()
+                elif self.path == "/v1/metrics":
+                    receiver.metrics.append(ExportMetricsServiceRequest.FromString(body))
+                    reply = ExportMetricsServiceResponse()
+                else:
+                    self.send_error(404)
+                    return
+                data = reply.SerializeToString()
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def span_names(self) -> set[str]:
+        return {
+            span.name
+            for request in self.traces
+            for resource in request.resource_spans
+            for scope in resource.scope_spans
+            for span in scope.spans
+        }
+
+    def metric_points(self) -> dict[str, set[frozenset[str]]]:
+        """Metric name -> the attribute key sets of its points."""
+        out: dict[str, set[frozenset[str]]] = {}
+        for request in self.metrics:
+            for resource in request.resource_metrics:
+                for scope in resource.scope_metrics:
+                    for metric in scope.metrics:
+                        kind = metric.WhichOneof("data")
+                        points = getattr(metric, kind).data_points
+                        keys = out.setdefault(metric.name, set())
+                        for point in points:
+                            keys.add(frozenset(a.key for a in point.attributes))
+        return out
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    found = Receiver()
+    found.thread.start()
+    yield found
+    found.server.shutdown()
+    found.server.server_close()
+
+
+async def test_spans_and_metrics_arrive_over_otlp_http(receiver: Receiver) -> None:
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{receiver.url}/v1/traces"))
+    )
+    reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=f"{receiver.url}/v1/metrics"), export_interval_millis=3_600_000
+    )
+    meter_provider = MeterProvider(metric_readers=[reader])
+    registry = CancellationRegistry(max_rows=3, max_rows_per_scope=2, janitor_interval=None)
+    otel.instrument(registry, tracer_provider=tracer_provider, meter_provider=meter_provider)
+    try:
+        await registry.cancel(1, "stop", "ip:192.0.2.1")
+        await registry.cancel(2, None, "ip:192.0.2.1")
+        with pytest.raises(CancellationLimitReached):
+            await registry.cancel(3, None, "ip:192.0.2.1")
+        await registry.cancel(1, None, "principal:alice")
+        await registry.cancel(2, None, "principal:alice")  # evicts
+        await registry.cleanup()  # a pass that removes nothing: the table keeps its rows
+        assert tracer_provider.force_flush()
+        assert meter_provider.force_flush()
+        wait_until(lambda: receiver.traces and receiver.metrics, timeout=20)
+    finally:
+        otel.uninstrument(registry)
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+        await registry.aclose()
+
+    assert {otel.SPAN_CANCEL, otel.SPAN_EVICT, otel.SPAN_CLEANUP} <= receiver.span_names()
+    points = receiver.metric_points()
+    # Every instrument arrived, each point with exactly the catalogue's labels.
+    for name, (_, _, labels) in otel.METER_INSTRUMENTS.items():
+        assert points.get(name) == {frozenset(labels)}, (name, points.get(name))
