@@ -266,3 +266,32 @@ async def test_40_scopes_filled_one_after_another_are_never_refused(
         # The scope just filled is the newest: eviction took older scopes' rows.
         assert (await rows(registry))[scope] == 256
     assert sum((await rows(registry)).values()) <= 10_000
+
+
+async def test_a_flood_of_one_row_scopes_is_evicted_oldest_first(
+    make_registry: MakeRegistry,
+) -> None:
+    """The address-rotation shape: thousands of scopes holding one row each, behind a few
+    larger ones. One evicting insert takes the larger scopes first, then the oldest
+    one-row scopes, in order, on every backend (Redis drops those in bulk)."""
+    registry = make_registry(max_rows=2_400, max_rows_per_scope=None)  # batch of 120
+    await _fill(registry, "principal:big", range(30))
+    await _fill(registry, "principal:mid", range(10))
+    for i in range(2_360):
+        await registry.cancel(1, None, f"ip:10.0.{i >> 8}.{i & 255}")
+    with receiving(cancellation_evicted) as evicted:
+        await registry.cancel(1, None, "ip:203.0.113.1")
+    expected = [("principal:big", 30), ("principal:mid", 10)]
+    expected += [(f"ip:10.0.{i >> 8}.{i & 255}", 1) for i in range(80)]
+    assert [(e["scope"], e["count"]) for e in evicted.kwargs] == expected
+    stats = await registry.stats()
+    assert stats.total_rows == 2_400 - 120 + 1
+    assert "ip:10.0.0.79" not in stats.rows
+    assert stats.rows["ip:10.0.0.80"] == 1
+    assert not await registry.is_cancelled(1, "ip:10.0.0.0")
+    assert await registry.is_cancelled(1, "ip:10.0.0.80")
+    # The next evicting insert continues with the next oldest.
+    await _fill(registry, "ip:203.0.113.1", range(2, 2 + 119))
+    with receiving(cancellation_evicted) as evicted:
+        await registry.cancel(1, None, "ip:203.0.113.2")
+    assert evicted.kwargs[0] == {"scope": "ip:203.0.113.1", "count": 120}

@@ -95,6 +95,28 @@ local function drop_rows(scope, keys)
     redis.call('HDEL', REASONS, unpack(members, i, j))
   end
 end
+-- Evict the oldest `limit` scopes of those holding exactly one row, appending each
+-- scope's netstring to `singles`; a handful of commands per 1000 scopes instead of a
+-- dozen per scope. Returns how many were evicted.
+local function drop_single_rows(limit, singles)
+  local level = level_key(1)
+  local victims = redis.call('ZRANGE', level, 0, limit - 1)
+  local members, keys = {}, {}
+  for i, victim in ipairs(victims) do
+    keys[i] = rows_key(victim)
+    members[i] = member(victim, redis.call('ZRANGE', keys[i], 0, 0)[1])
+    singles[#singles + 1] = #victim .. ':' .. victim
+  end
+  for i = 1, #victims, 1000 do
+    local j = math.min(i + 999, #victims)
+    redis.call('ZREM', AGES, unpack(members, i, j))
+    redis.call('HDEL', REASONS, unpack(members, i, j))
+    redis.call('DEL', unpack(keys, i, j))
+    redis.call('ZREM', SCOPES, unpack(victims, i, j))
+  end
+  if #victims > 0 then redis.call('ZREMRANGEBYRANK', level, 0, #victims - 1) end
+  return #victims
+end
 local function remove_row(scope, key)
   if redis.call('HEXISTS', REASONS, member(scope, key)) == 0 then return 0 end
   local count = count_of(scope)
@@ -141,7 +163,10 @@ end
 
 #: ARGV: prefix, scope, key, reason (encoded), require_in_flight ("1"/"0"), quota ("" for
 #: none), cap ("" for none), eviction batch, this worker's id.
-#: Returns {outcome, evicted scope, count, evicted scope, count, ...}.
+#: Returns {outcome, one-row scopes evicted, evicted scope, count, evicted scope, count,
+#: ...}: the scopes evicted whole with one row each (an address-rotation flood) come last
+#: in eviction order, packed as netstrings in one string so that a batch of thousands is
+#: one reply element rather than thousands.
 ADD = (
     _PRELUDE
     + r"""
@@ -156,7 +181,8 @@ if redis.call('HEXISTS', REASONS, m) == 1 then
 else
   local count = count_of(scope)
   if ARGV[6] ~= '' and count >= tonumber(ARGV[6]) then return {'quota'} end
-  result = {'recorded'}
+  result = {'recorded', ''}
+  local singles = {}
   local total = redis.call('ZCARD', AGES)
   if ARGV[7] ~= '' and total >= tonumber(ARGV[7]) then
     local remaining = math.min(tonumber(ARGV[8]), total)
@@ -164,15 +190,24 @@ else
       local top = redis.call('ZREVRANGE', SCOPES, 0, 0, 'WITHSCORES')
       if #top == 0 then break end
       local size = tonumber(top[2])
-      local victim = redis.call('ZRANGE', level_key(size), 0, 0)[1]
-      if not victim then break end
-      local take = math.min(remaining, size)
-      drop_rows(victim, redis.call('ZRANGE', rows_key(victim), 0, take - 1))
-      relevel(victim, size)
-      result[#result + 1] = victim
-      result[#result + 1] = take
-      remaining = remaining - take
+      if size == 1 then
+        -- Only one-row scopes are left (an address-rotation flood): they go oldest first,
+        -- which is the order of P l:1, so drop the next `remaining` of them together.
+        local n = drop_single_rows(remaining, singles)
+        if n == 0 then break end
+        remaining = remaining - n
+      else
+        local victim = redis.call('ZRANGE', level_key(size), 0, 0)[1]
+        if not victim then break end
+        local take = math.min(remaining, size)
+        drop_rows(victim, redis.call('ZRANGE', rows_key(victim), 0, take - 1))
+        relevel(victim, size)
+        result[#result + 1] = victim
+        result[#result + 1] = take
+        remaining = remaining - take
+      end
     end
+    result[2] = table.concat(singles)
     count = count_of(scope)
   end
   local age = next_age()

@@ -20,7 +20,7 @@ from .._health import Health
 from .._in_flight import Row
 from ..base import AddResult, Limits, Storage, StorageStats
 from . import _scripts as scripts
-from ._codec import decode_reason, encode_reason, member, text, to_bytes
+from ._codec import decode_reason, encode_reason, member, split_netstrings, text, to_bytes
 from ._home import HomeLoop
 from ._local import LocalRequests
 from ._push import Push
@@ -244,7 +244,11 @@ class RedisStorage(Storage):
             self.worker_id,
         )
         outcome = text(reply[0])
-        evicted = tuple((text(reply[i]), int(reply[i + 1])) for i in range(1, len(reply), 2))
+        evicted: tuple[tuple[str, int], ...] = ()
+        if len(reply) > 1:
+            evicted = tuple((text(reply[i]), int(reply[i + 1])) for i in range(2, len(reply), 2))
+            if reply[1]:  # one-row scopes evicted whole, after the others
+                evicted += tuple((text(s), 1) for s in split_netstrings(to_bytes(reply[1])))
         if outcome in ("recorded", "updated"):
             for token in self._local.tokens(scope, key):
                 token.set_cancelled(reason)
