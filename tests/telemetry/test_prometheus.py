@@ -345,11 +345,16 @@ async def test_gauges_with_redis_storage_come_from_awaited_stats(
             frozenset({("storage", ST), ("scope", "ip:192.0.2.1")}): 1,
             frozenset({("storage", ST), ("scope", session_label(SESSION_ID))}): 1,
         }
-        # Other exposition paths use the last awaited snapshot.
+        # Other exposition paths on this loop use the last awaited snapshot ...
         await registry.cancel(3, None, "ip:192.0.2.1")
         await app.bridge.refresh()
         plain = samples(generate_latest(collector_registry).decode())
         assert value(plain, P + "rows", storage=ST, scope_kind="ip") == 2
+        # ... and from another thread (prometheus_client's start_http_server) they read
+        # the table itself, on the storage's loop.
+        await registry.cancel(4, None, "ip:192.0.2.1")
+        text = await asyncio.to_thread(lambda: generate_latest(collector_registry).decode())
+        assert value(samples(text), P + "rows", storage=ST, scope_kind="ip") == 3
         app.bridge.uninstall()
     finally:
         await registry.aclose()

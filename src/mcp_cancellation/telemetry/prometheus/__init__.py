@@ -27,8 +27,9 @@ or, with your own ``prometheus_client`` setup::
 Gauges need the registry's row counts synchronously at collect time. :class:`MemoryStorage`
 gives them (``stats_nowait()``); a shared storage such as Redis cannot be awaited inside
 ``collect()``, so :func:`metrics_app` awaits ``registry.stats()`` before rendering and hands
-the snapshot to the collector; other exposition paths use the last snapshot taken by
-:meth:`PrometheusBridge.refresh` (or export no row gauges before the first one).
+the snapshot to the collector; other exposition paths read it from their own thread
+(``Storage.stats_from_thread``), or, on the storage's own loop, use the last snapshot taken
+by :meth:`PrometheusBridge.refresh` (no row gauges before the first one).
 
 Multi-process mode (``PROMETHEUS_MULTIPROC_DIR`` set before ``prometheus_client`` is
 imported): counters are written to the shared directory and add up across workers in the

@@ -248,7 +248,9 @@ class PrometheusBridge(Bridge):
         registry = self.registry
         if registry is None:
             return None
-        stats = registry.storage.stats_nowait()
+        # From an exporter thread (start_http_server) a Redis storage is read on its own
+        # loop, within stats_timeout; on that loop itself, the last awaited snapshot.
+        stats = registry.storage.stats_from_thread(self.stats_timeout)
         return stats if stats is not None else self._snapshot
 
     def gauge_state(self) -> GaugeState | None:
