@@ -41,7 +41,15 @@ def test_the_sdist_carries_the_license_and_the_dev_script(dist: Path) -> None:
 
 def test_extras_are_the_runtime_ones_only(dist: Path) -> None:
     extras = set(_metadata(dist).get_all("Provides-Extra") or [])
-    assert extras == {"redis", "mcp", "fastmcp", "otel", "prometheus", "all"}
+    assert extras == {
+        "redis",
+        "mcp",
+        "fastmcp",
+        "otel",
+        "otel-instrumentation",
+        "prometheus",
+        "all",
+    }
 
 
 def test_the_toolchain_is_a_dependency_group() -> None:
