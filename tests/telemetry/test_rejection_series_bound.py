@@ -62,6 +62,19 @@ def test_a_small_table_exports_its_exact_counts() -> None:
     ]
 
 
+def test_ties_are_never_certain_even_before_the_summary_fills() -> None:
+    """The first items of a flood, each seen once, are exact counts but tie: none of them
+    is certainly among the top k, so none takes the admission budget; an offender seen
+    more often than the k-th of the others is admitted at once."""
+    clock = Clock()
+    hitters, top = SpaceSaving(50), StableTop(2, 120, clock)
+    for i in range(10):
+        hitters.add(f"flood{i}")
+    assert top.select(*hitters.summary()) == []
+    hitters.add("offender", 3)
+    assert [e.item for e in top.select(*hitters.summary())] == ["offender"]
+
+
 def test_an_incumbent_gives_way_only_to_a_certainly_larger_entry() -> None:
     clock = Clock()
     hitters, top = SpaceSaving(50), StableTop(2, 120, clock)

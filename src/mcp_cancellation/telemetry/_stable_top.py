@@ -5,9 +5,11 @@ replacing its smallest counters: exporting its top K as they stand would mint a 
 ``scope`` series for every few flood addresses. :class:`StableTop` exports a subset that
 changes only for a reason, with a hard bound:
 
-* **certain only**: an entry is admitted only if its guaranteed count (estimate minus
-  error) exceeds the summary's *floor*, the most any untracked item can have. A flood
-  item seen a few times never is;
+* **certain only**: an entry is admitted only if it is certainly among the top k: its
+  guaranteed count (estimate minus error) exceeds both the summary's *floor* (the most any
+  untracked item can have) and the k-th largest estimate among the other entries. Items
+  that tie, such as a flood of addresses seen once or twice each, never are, even before
+  the summary fills up;
 * **sticky**: an admitted entry stays exported while the summary still tracks it, and is
   displaced only by an entry certainly larger than it;
 * **bounded**: at most *k* entries at a time, and at most *k* admissions in any *window*
@@ -58,8 +60,12 @@ class StableTop:
             by_item = {e.item: e for e in entries}
             kept = [by_item[item] for item in self._shown if item in by_item]
             shown = {e.item for e in kept}
-            fresh = (e for e in by_item.values() if e.item not in shown)
-            candidates = sorted((e for e in fresh if e.estimate - e.error > floor), key=_rank)
+            ranked = sorted(by_item.values(), key=_rank)
+            candidates = [
+                e
+                for rank, e in enumerate(ranked)
+                if e.item not in shown and e.estimate - e.error > self._bar(ranked, rank, floor)
+            ]
             for candidate in candidates:
                 if len(admitted) >= self.k:
                     break
@@ -73,6 +79,14 @@ class StableTop:
             kept.sort(key=_rank)
             self._shown = [e.item for e in kept]
             return kept
+
+    def _bar(self, ranked: list[HeavyHitter], rank: int, floor: int) -> int:
+        """What the entry at *rank* (of *ranked*, largest first) must certainly exceed to be
+        among the top k: the k-th largest estimate among the others (an upper bound of
+        their counts), and the floor (an upper bound of any untracked item's)."""
+        index = self.k if rank < self.k else self.k - 1
+        kth_other = ranked[index].estimate if index < len(ranked) else 0
+        return max(floor, kth_other)
 
     def state(self) -> dict[str, Any]:
         """What :meth:`load` restores (JSON-serialisable)."""
