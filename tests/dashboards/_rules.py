@@ -21,6 +21,12 @@ def load_dashboard(name: str) -> dict[str, Any]:
     return document
 
 
+def load_rules() -> dict[str, Any]:
+    """The committed ``dashboards/alerts.yaml``, parsed."""
+    rules: dict[str, Any] = yaml.safe_load((DASHBOARDS / "alerts.yaml").read_text(encoding="utf-8"))
+    return rules
+
+
 def rules_with_short_for(directory: Path) -> Path:
     """``alerts.yaml`` with every ``for:`` (where there is one) set to :data:`E2E_FOR`,
     written in *directory*.
@@ -28,7 +34,7 @@ def rules_with_short_for(directory: Path) -> Path:
     Same expressions, thresholds, labels and annotations: a test cannot wait the production
     minutes, and the promtool unit tests check the real ``for:`` durations.
     """
-    rules = yaml.safe_load((DASHBOARDS / "alerts.yaml").read_text(encoding="utf-8"))
+    rules = load_rules()
     for group in rules["groups"]:
         for rule in group["rules"]:
             if "alert" in rule and "for" in rule:

@@ -18,7 +18,7 @@ import httpx
 
 from ..support import ServerLog, start_on_free_port, stop_process
 
-__all__ = ["DemoProcess", "PrometheusServer", "binary", "stop_process"]
+__all__ = ["DemoProcess", "PrometheusServer", "binary", "start_simulator", "stop_process"]
 
 
 def binary(name: str) -> str:
@@ -34,6 +34,15 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1, trust_env=False).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def start_simulator(url: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """``mcp-cancellation simulate --url URL/mcp ARGS --json`` in a subprocess: counts on
+    stdout, its stderr in *log* (shown when the test fails)."""
+    command = [sys.executable, "-m", "mcp_cancellation", "simulate", "--url", f"{url}/mcp"]
+    ServerLog("mcp-cancellation simulate", log)
+    with log.open("wb") as err:
+        return subprocess.Popen([*command, *args, "--json"], stdout=subprocess.PIPE, stderr=err)
 
 
 class DemoProcess:

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from mcp_cancellation import dashboards
 from mcp_cancellation.telemetry.prometheus import METRIC_NAMES
 
 from ..support import project_root
+from ._rules import load_rules
 
 ROOT = project_root()
 DASHBOARDS = ROOT / "dashboards"
@@ -94,7 +94,7 @@ def test_panels_cover_the_issue() -> None:
 
 
 def test_alert_rules_are_valid() -> None:
-    rules = yaml.safe_load((DASHBOARDS / "alerts.yaml").read_text(encoding="utf-8"))
+    rules = load_rules()
     runbook = (ROOT / "docs" / "alerts.md").read_text(encoding="utf-8")
     assert dashboards.check_rules(rules, METRIC_NAMES, runbook) == []
     names = {r["alert"] for g in rules["groups"] for r in g["rules"]}

@@ -21,8 +21,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,10 +29,10 @@ import pytest
 
 from mcp_cancellation import dashboards
 
-from ..support import ServerLog, project_root, wait_until
+from ..support import project_root, wait_until
 from ._render import render
 from ._rules import load_dashboard, rules_with_short_for
-from ._servers import DemoProcess, PrometheusServer, stop_process
+from ._servers import DemoProcess, PrometheusServer, start_simulator, stop_process
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(110)]
 
@@ -49,31 +47,6 @@ QUOTA = 8
 CAP = 2 * QUOTA  # two hogs at quota fill it: any client cancellation evicts
 FLOOD_SCOPES = "ip:(198[.]51[.]100[.]|203[.]0[.]113[.]|2001:db8:).*"
 HOG_SCOPES = "ip:192[.]0[.]2[.]20[01]"
-
-
-def _simulate(url: str, log: Path) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "mcp_cancellation",
-        "simulate",
-        "--url",
-        f"{url}/mcp",
-        "--duration",
-        str(SIMULATION_SECONDS),
-        "--clients",
-        "4",
-        "--hogs",
-        "2",
-        "--flood-rate",
-        "80",
-        "--seed",
-        "6",
-        "--json",
-    ]
-    ServerLog("mcp-cancellation simulate", log)
-    with log.open("wb") as err:
-        return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err)
 
 
 def _has_data(result: list[dict[str, Any]]) -> bool:
@@ -104,7 +77,12 @@ def test_dashboards_and_alerts_against_real_prometheus(tmp_path: Path) -> None:
     ):
         wait_until(lambda: _has_data(prometheus.query("mcp_cancellation_max_rows")), timeout=15)
         start = time.time()
-        simulator = _simulate(demo.url, tmp_path / "simulate.log")
+        simulator = start_simulator(
+            demo.url,
+            tmp_path / "simulate.log",
+            *("--duration", str(SIMULATION_SECONDS), "--clients", "4", "--hogs", "2"),
+            *("--flood-rate", "80", "--seed", "6"),
+        )
         try:
             # 1. The quota-rejection alert fires while the hogs push.
             def firing() -> bool:

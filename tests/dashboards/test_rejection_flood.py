@@ -5,15 +5,13 @@ real Prometheus: the ``scope`` values of ``mcp_cancellation_scope_rejections`` i
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..support import ServerLog, wait_until
-from ._servers import DemoProcess, PrometheusServer, stop_process
+from ..support import wait_until
+from ._servers import DemoProcess, PrometheusServer, start_simulator, stop_process
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(110)]
 
@@ -41,35 +39,14 @@ def test_rotating_flood_keeps_rejection_series_bounded(tmp_path: Path) -> None:
         PrometheusServer([f"127.0.0.1:{demo.port}"]) as prometheus,
     ):
         wait_until(lambda: prometheus.query("mcp_cancellation_max_rows") != [], timeout=15)
-        command = [
-            sys.executable,
-            "-m",
-            "mcp_cancellation",
-            "simulate",
-            "--url",
-            f"{demo.url}/mcp",
-            "--duration",
-            "40",
-            "--max-requests",  # a fixed amount of traffic, however fast this machine is
-            "6000",
-            "--clients",
-            "1",
-            "--hogs",
-            "2",
-            "--flood-rate",
-            "1500",
-            "--flood-addresses",
-            str(ADDRESSES),
-            "--flood-invalid-share",
-            "1",
-            "--seed",
-            "12",
-            "--json",
-            "--no-progress",
-        ]
-        ServerLog("mcp-cancellation simulate", tmp_path / "simulate.log")
-        with (tmp_path / "simulate.log").open("wb") as err:
-            simulator = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err)
+        simulator = start_simulator(
+            demo.url,
+            tmp_path / "simulate.log",
+            # a fixed amount of traffic, however fast this machine is
+            *("--duration", "40", "--max-requests", "6000", "--clients", "1", "--hogs", "2"),
+            *("--flood-rate", "1500", "--flood-addresses", str(ADDRESSES)),
+            *("--flood-invalid-share", "1", "--seed", "12", "--no-progress"),
+        )
         try:
             out, _ = simulator.communicate(timeout=60)
         finally:

@@ -23,7 +23,7 @@ from mcp_cancellation import dashboards
 from mcp_cancellation.telemetry.prometheus.catalogue import TABLE_STATE
 
 from ..support import RedisServer, async_wait_until
-from ._rules import load_dashboard, rules_with_short_for
+from ._rules import load_dashboard, load_rules, rules_with_short_for
 from ._servers import DemoProcess, PrometheusServer
 from ._traffic import cancel, held_calls
 
@@ -183,13 +183,3 @@ async def test_two_demos_on_one_redis_count_the_table_once(tmp_path: Path) -> No
                     lambda: {k: firing().get(k) for k in wanted} == wanted, within=20, interval=0.5
                 )
                 assert "MCPCancellationStorageDown" not in firing()
-
-
-def load_rules() -> dict[str, Any]:
-    import yaml
-
-    from ..support import project_root
-
-    path = project_root() / "dashboards" / "alerts.yaml"
-    rules: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
-    return rules

@@ -13,7 +13,6 @@ import contextlib
 from typing import Any
 
 import pytest
-import yaml
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
@@ -29,9 +28,9 @@ from mcp_cancellation.storage.redis import RedisStorage
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.prometheus import METRIC_NAMES, metrics_app
 
-from ..dashboards._rules import load_dashboard
+from ..dashboards._rules import load_dashboard, load_rules
 from ..dashboards._servers import PrometheusServer
-from ..support import UvicornThread, async_wait_until, project_root
+from ..support import UvicornThread, async_wait_until
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.redis, pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -140,9 +139,7 @@ async def test_otel_exporter_matches_prometheus_client(redis_server: Any) -> Non
                     for file in sorted(dashboards.DASHBOARDS)
                     for query in dashboards.panel_queries(load_dashboard(file))
                 ]
-                rules = yaml.safe_load(
-                    (project_root() / "dashboards" / "alerts.yaml").read_text(encoding="utf-8")
-                )
+                rules = load_rules()
                 alert_exprs = {r["expr"] for g in rules["groups"] for r in g["rules"]}
                 queries += sorted(alert_exprs)
                 for expr in queries:
