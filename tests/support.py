@@ -145,7 +145,7 @@ async def async_wait_until(predicate: Any, within: float = 10.0, interval: float
 
 
 def stop_process(process: subprocess.Popen[bytes]) -> None:
-    """Terminate *process*, then kill it if it has not exited within 10 s."""
+    """Terminate *process*, then kill it if it has not exited within 10 s; close its pipes."""
     if process.poll() is None:
         process.terminate()
         try:
@@ -153,6 +153,9 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:  # pragma: no cover - a hung shutdown
             process.kill()
             process.wait(timeout=10)
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def start_on_free_port(

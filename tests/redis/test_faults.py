@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from redis import exceptions as redis_errors
@@ -119,7 +120,8 @@ def _quietly(fn: object, *args: object, **kwargs: object) -> object:
 async def test_finish_completes_although_the_request_task_is_cancelled(
     make_registry: MakeRegistry, server: RedisServer
 ) -> None:
-    registry = make_registry()
+    # Commands wait in Redis far longer than this test holds them: no timeout is involved.
+    registry = make_registry(storage={"socket_timeout": 30.0, "timeout": 30.0})
     inside = asyncio.Event()
     leave = asyncio.Event()
 
@@ -131,21 +133,39 @@ async def test_finish_completes_although_the_request_task_is_cancelled(
     await registry.cancel("r", "reason", scope="s")
     task = asyncio.create_task(tool())
     await inside.wait()
-    pauser = Redis.from_url(server.url)
+    pauser = Redis.from_url(server.url, socket_timeout=10)
     try:
-        # finish() will wait in Redis for 2 s: the cancel below lands before the pause
-        # ends by a margin no loaded machine eats, whether finish() has sent its script
-        # yet or not (it must complete either way).
-        await pauser.client_pause(2000)
+        # Writes (scripts included) wait until the unpause below; reads still answer.
+        await pauser.client_pause(60_000, all=False)
+        held = await _scripts_held(pauser)
         leave.set()
-        await asyncio.sleep(0.1)
-        task.cancel()  # while finish() is waiting
+        # finish() has sent its script, and Redis holds it: cancel the task now.
+        await async_wait_until(lambda: _more_scripts_held(pauser, held), within=10)
+        task.cancel()
+        await asyncio.sleep(0)
+        assert not task.done()  # finish() waits for its script, cancelled or not
+        await pauser.client_unpause()
         with pytest.raises(asyncio.CancelledError):
-            await task
+            await asyncio.wait_for(task, 10)
     finally:
+        await pauser.client_unpause()
         await pauser.aclose()
     assert not await registry.in_flight("r", scope="s")
     assert not await registry.is_cancelled("r", scope="s")
+
+
+async def _scripts_held(client: Redis) -> set[int]:
+    """The ids of the clients whose script a ``CLIENT PAUSE`` holds."""
+    clients: list[dict[str, Any]] = await client.client_list()
+    return {
+        int(c["id"])
+        for c in clients
+        if "b" in c["flags"] and c["cmd"] in ("evalsha", "eval", "fcall")
+    }
+
+
+async def _more_scripts_held(client: Redis, before: set[int]) -> bool:
+    return bool(await _scripts_held(client) - before)
 
 
 async def test_rows_a_failed_finish_left_are_released_when_redis_returns() -> None:
