@@ -23,7 +23,7 @@ from .errors import (
 from .reason import sanitize_reason
 from .registry import CancellationRegistry, CleanupResult, RequestContext
 from .scope import client_bucket, scope_kind, scope_of
-from .storage import MemoryStorage, Storage, StorageStats
+from .storage import MemoryStorage, Storage, StorageStats, TableSummary
 from .token import RequestToken
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ __all__ = [
     "RequestToken",
     "Storage",
     "StorageStats",
+    "TableSummary",
     "StorageUnavailable",
     "__version__",
     "cancelled",

@@ -27,6 +27,7 @@ ALL = [
     "RequestToken",
     "Storage",
     "StorageStats",
+    "TableSummary",
     "StorageUnavailable",
     "__version__",
     "cancelled",

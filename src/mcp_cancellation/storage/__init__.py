@@ -4,13 +4,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import AddResult, Limits, Storage, StorageStats
+from .base import AddResult, Limits, Storage, StorageStats, TableSummary
 from .memory import MemoryStorage
 
 if TYPE_CHECKING:
     from .redis import RedisStorage
 
-__all__ = ["AddResult", "Limits", "MemoryStorage", "RedisStorage", "Storage", "StorageStats"]
+__all__ = [
+    "AddResult",
+    "Limits",
+    "MemoryStorage",
+    "RedisStorage",
+    "Storage",
+    "StorageStats",
+    "TableSummary",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -16,11 +16,14 @@ boundary.
 from __future__ import annotations
 
 import abc
+import heapq
 import os
 import socket
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
+
+from ..scope import scope_kind
 
 if TYPE_CHECKING:
     from ..token import RequestToken
@@ -32,6 +35,7 @@ __all__ = [
     "Limits",
     "Storage",
     "StorageStats",
+    "TableSummary",
 ]
 
 _HOST: Final = socket.gethostname()
@@ -98,6 +102,43 @@ class StorageStats:
         return sum(self.in_flight.values())
 
 
+@dataclass(frozen=True, slots=True)
+class TableSummary:
+    """What a scrape reads (the table-state gauges): row totals by scope kind and the
+    largest scopes, from the storage's incrementally kept scope-size index. Reading it
+    costs O(k log n) for the *k* largest scopes, never a scan of the cancellation table.
+    """
+
+    #: Cancellation rows by scope kind (``global``, ``session``, ``principal``, ``ip``,
+    #: ``other``); kinds without rows may be absent.
+    rows: Mapping[str, int] = field(default_factory=dict)
+    #: In-flight rows by scope kind (bounded by the requests running right now).
+    in_flight: Mapping[str, int] = field(default_factory=dict)
+    #: The largest scopes and their row counts, in eviction order: largest first, equal
+    #: sizes oldest row first (the scopes the cap would evict first).
+    largest: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def of(cls, stats: StorageStats, top_k: int) -> TableSummary:
+        """A summary computed from full :class:`StorageStats` (a scan: for storages that
+        keep no index). Equal sizes go by scope name, as row ages are not in the stats."""
+        return cls(
+            rows=_by_kind(stats.rows),
+            in_flight=_by_kind(stats.in_flight),
+            largest=tuple(
+                heapq.nsmallest(top_k, stats.rows.items(), key=lambda kv: (-kv[1], kv[0]))
+            ),
+        )
+
+
+def _by_kind(counts: Mapping[str, int]) -> dict[str, int]:
+    by_kind: dict[str, int] = {}
+    for scope, n in counts.items():
+        kind = scope_kind(scope)
+        by_kind[kind] = by_kind.get(kind, 0) + n
+    return by_kind
+
+
 class Storage(abc.ABC):
     """Backend for :class:`~mcp_cancellation.CancellationRegistry`: everything the registry,
     its request contexts and the telemetry bridges may ask of a storage.
@@ -112,9 +153,12 @@ class Storage(abc.ABC):
     registry.py``). A storage that talks to a server leaves :attr:`synchronous` false and
     the ``*_nowait`` methods unimplemented; the registry never calls them.
 
-    **Stats.** :meth:`stats` reads row counts per scope; :meth:`stats_nowait` returns them
-    without waiting when the storage can (scrape-time collectors call it inside
-    ``collect()``), else ``None``.
+    **Stats and summaries.** :meth:`stats` reads row counts per scope: a full read, for
+    operators and tests. :meth:`summary` reads what a scrape needs (totals by scope kind
+    and the *k* largest scopes) from an index the storage keeps as rows come and go, so
+    its cost does not grow with the table. The ``*_nowait`` and ``*_from_thread`` forms
+    serve collectors that cannot await. A storage that keeps no index inherits summaries
+    computed from :meth:`stats`.
 
     **Identity and health.** :attr:`identity` names the table the storage holds, the same
     in every process that shares it (the ``storage`` label of the table-state gauges, so
@@ -207,6 +251,21 @@ class Storage(abc.ABC):
         reads them on its own event loop, waiting at most *timeout* seconds. ``None`` when
         they cannot be read in time, or when waiting would block the storage's own loop."""
         return self.stats_nowait()
+
+    async def summary(self, top_k: int) -> TableSummary:
+        """Row totals by scope kind and the *top_k* largest scopes (see
+        :class:`TableSummary`)."""
+        return TableSummary.of(await self.stats(), top_k)
+
+    def summary_nowait(self, top_k: int) -> TableSummary | None:
+        """:meth:`summary` without waiting, or ``None`` if only :meth:`summary` can."""
+        stats = self.stats_nowait()
+        return None if stats is None else TableSummary.of(stats, top_k)
+
+    def summary_from_thread(self, top_k: int, timeout: float) -> TableSummary | None:
+        """:meth:`summary` for a caller that cannot await, as :meth:`stats_from_thread`."""
+        stats = self.stats_from_thread(timeout)
+        return None if stats is None else TableSummary.of(stats, top_k)
 
     # -- the synchronous face (storages with ``synchronous = True``) -------------------
 

@@ -4,13 +4,14 @@ All state sits behind one :class:`threading.Lock`, so the storage is safe from s
 threads each running its own event loop; no method ever awaits while holding it.
 
 Cancellation rows are kept per scope in insertion-ordered dicts (oldest first), with a
-running total, so that the quota check is O(1) and the cap's eviction touches only the
-rows it evicts plus one pass over the scopes' sizes, never a scan of every row.
+running total, so that the quota check is O(1). A scope-size index, kept as rows come and
+go, orders the scopes as the cap evicts them (largest first, equal sizes oldest row first):
+an evicting insert costs O(batch log scopes) and touches only the rows it evicts, and a
+scrape reads the largest scopes and the totals by scope kind without a scan of the table.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import threading
 import time
@@ -18,8 +19,11 @@ from collections.abc import Callable, Collection
 from itertools import islice
 from typing import TYPE_CHECKING
 
+from sortedcontainers import SortedList
+
+from ..scope import scope_kind
 from ._in_flight import InFlightTokens
-from .base import AddResult, Limits, Storage, StorageStats
+from .base import AddResult, Limits, Storage, StorageStats, TableSummary
 
 if TYPE_CHECKING:
     from ..token import RequestToken
@@ -28,6 +32,15 @@ __all__ = ["MemoryStorage"]
 
 # A row is (created, reason); created is time.monotonic() when first recorded.
 _Row = tuple[float, str | None]
+# A scope in the size index: (-row count, age of its oldest row, scope). Sorted ascending,
+# the first entry is the scope the cap evicts from next.
+_Entry = tuple[int, float, str]
+
+
+def _entry(scope: str, rows: dict[str, _Row]) -> _Entry:
+    """The index entry of *scope* holding *rows* (non-empty)."""
+    return (-len(rows), next(iter(rows.values()))[0], scope)
+
 
 # Results without evictions are shared: the hot path allocates nothing for them.
 _RECORDED = AddResult("recorded")
@@ -59,6 +72,10 @@ class MemoryStorage(Storage):
         # re-looks-up every key, and churn makes those lookups long).
         self._rows: dict[str, dict[str, _Row]] = {}
         self._total = 0
+        # The scope-size index (see _Entry) and the row totals by scope kind, kept in step
+        # with _rows by every insert, removal, eviction and expiry.
+        self._index: SortedList[_Entry] = SortedList()
+        self._kind_rows: dict[str, int] = {}
         self._in_flight = InFlightTokens()
         # Rows the cap evicted, awaiting release (see _evict).
         self._graveyard: list[dict[str, _Row] | list[tuple[str, _Row]]] = []
@@ -99,9 +116,17 @@ class MemoryStorage(Storage):
                         self._release(_RELEASE_PER_CALL)
                     evicted = self._evict(limits.eviction_batch)
                     rows = self._rows.get(scope)
+                created = self._clock()
                 if rows is None:
-                    rows = self._rows[scope] = {}
-                rows[key] = (self._clock(), reason)
+                    self._rows[scope] = {key: (created, reason)}
+                    self._index.add((-1, created, scope))
+                else:
+                    old = _entry(scope, rows)
+                    self._index.remove(old)
+                    rows[key] = (created, reason)
+                    self._index.add((old[0] - 1, old[1], scope))
+                kind = scope_kind(scope)
+                self._kind_rows[kind] = self._kind_rows.get(kind, 0) + 1
                 self._total += 1
                 if evicted:
                     outcome = AddResult("recorded", evicted)
@@ -155,17 +180,15 @@ class MemoryStorage(Storage):
         time on the following inserts, so no single insert pays for a whole batch and the
         graveyard is empty long before the next eviction (one batch is ``batch`` inserts
         away and each insert releases :data:`_RELEASE_PER_CALL` rows)."""
-        order = [
-            (-len(rows), next(iter(rows.values()))[0], scope) for scope, rows in self._rows.items()
-        ]
-        heapq.heapify(order)
+        index = self._index
+        kind_rows = self._kind_rows
         evicted: list[tuple[str, int]] = []
         remaining = min(batch, self._total)
         graveyard = self._graveyard
-        while remaining > 0 and order:
-            _, _, scope = heapq.heappop(order)
+        while remaining > 0 and index:
+            neg, _, scope = index.pop(0)
             rows = self._rows[scope]
-            take = min(remaining, len(rows))
+            take = min(remaining, -neg)
             if take == len(rows):
                 graveyard.append(self._rows.pop(scope))
             elif take * 2 >= len(rows):
@@ -173,11 +196,15 @@ class MemoryStorage(Storage):
                 # dict and bury the old one whole.
                 survivors = list(islice(reversed(rows.items()), len(rows) - take))
                 survivors.reverse()
-                self._rows[scope] = dict(survivors)
+                self._rows[scope] = rest = dict(survivors)
                 graveyard.append(rows)
+                index.add(_entry(scope, rest))
             else:
                 keys = list(islice(rows, take))
                 graveyard.append([(key, rows.pop(key)) for key in keys])
+                index.add(_entry(scope, rows))
+            kind = scope_kind(scope)
+            kind_rows[kind] -= take
             evicted.append((scope, take))
             remaining -= take
             self._total -= take
@@ -203,12 +230,25 @@ class MemoryStorage(Storage):
             return False
         with self._lock:
             rows = self._rows.get(scope)
-            if rows is None or rows.pop(key, None) is None:
-                return False
-            self._total -= 1
-            if not rows:
-                del self._rows[scope]
-            return True
+            return rows is not None and self._remove_row(scope, key, rows)
+
+    def _remove_row(self, scope: str, key: str, rows: dict[str, _Row]) -> bool:
+        """Delete *key* from *scope*'s *rows*, keeping the index and the totals in step;
+        whether it was there. Called under the lock."""
+        row = rows.get(key)
+        if row is None:
+            return False
+        old = _entry(scope, rows)
+        del rows[key]
+        self._index.remove(old)
+        if rows:
+            first = old[1] if row[0] != old[1] else next(iter(rows.values()))[0]
+            self._index.add((old[0] + 1, first, scope))
+        else:
+            del self._rows[scope]
+        self._kind_rows[scope_kind(scope)] -= 1
+        self._total -= 1
+        return True
 
     async def remove(self, scope: str, key: str) -> bool:
         return self.remove_nowait(scope, key)
@@ -241,10 +281,8 @@ class MemoryStorage(Storage):
         with self._lock:
             self._in_flight.pop(scope, key, owner)
             rows = self._rows.get(scope)
-            if rows is not None and rows.pop(key, None) is not None:
-                self._total -= 1
-                if not rows:
-                    del self._rows[scope]
+            if rows is not None and key in rows:
+                self._remove_row(scope, key, rows)
 
     async def finish(self, scope: str, key: str, owner: str) -> None:
         self.finish_nowait(scope, key, owner)
@@ -269,10 +307,15 @@ class MemoryStorage(Storage):
                         if created >= deadline:
                             break
                         expired += 1
+                    if not expired:
+                        continue
+                    self._index.remove(_entry(scope, rows))
                     if expired == len(rows):
                         del self._rows[scope]
-                    elif expired:
-                        self._rows[scope] = dict(islice(rows.items(), expired, None))
+                    else:
+                        self._rows[scope] = rest = dict(islice(rows.items(), expired, None))
+                        self._index.add(_entry(scope, rest))
+                    self._kind_rows[scope_kind(scope)] -= expired
                     removed += expired
                 self._total -= removed
             in_flight_removed = len(self._in_flight.sweep(set(dead_owners)))
@@ -287,3 +330,35 @@ class MemoryStorage(Storage):
 
     async def stats(self) -> StorageStats:
         return self.stats_nowait()
+
+    def summary_nowait(self, top_k: int) -> TableSummary:
+        """Synchronous :meth:`summary`: O(top_k log n) from the index, plus the in-flight
+        rows (the requests running now)."""
+        with self._lock:
+            largest = tuple((scope, -neg) for neg, _, scope in islice(self._index, top_k))
+            rows = {kind: n for kind, n in self._kind_rows.items() if n}
+            flights = self._in_flight.counts()
+        in_flight: dict[str, int] = {}
+        for scope, n in flights.items():
+            kind = scope_kind(scope)
+            in_flight[kind] = in_flight.get(kind, 0) + n
+        return TableSummary(rows=rows, in_flight=in_flight, largest=largest)
+
+    async def summary(self, top_k: int) -> TableSummary:
+        return self.summary_nowait(top_k)
+
+    def summary_from_thread(self, top_k: int, timeout: float) -> TableSummary:
+        return self.summary_nowait(top_k)
+
+    def check_index(self) -> None:
+        """Assert that the scope-size index and the kind totals agree with the rows (for
+        tests: a full scan)."""
+        with self._lock:
+            expected = sorted(_entry(scope, rows) for scope, rows in self._rows.items())
+            assert list(self._index) == expected, "scope-size index out of step"
+            kinds: dict[str, int] = {}
+            for scope, rows in self._rows.items():
+                kinds[scope_kind(scope)] = kinds.get(scope_kind(scope), 0) + len(rows)
+            actual = {kind: n for kind, n in self._kind_rows.items() if n}
+            assert actual == kinds, f"kind totals {actual} != {kinds}"
+            assert self._total == sum(kinds.values()), "row total out of step"
