@@ -18,6 +18,8 @@ unambiguous for any bytes since the scope's byte length comes first):
 ``P scopes``           ZSET    ``scope`` -> row count (quota check, largest scope, stats)
 ``P l:<n>``            ZSET    the scopes holding exactly ``n`` rows: ``scope`` -> age of
                                its oldest row (the eviction tie-break)
+``P kinds``            HASH    scope kind -> row count (scrapes), and ``_v`` once the
+                               counts are kept (a table from 0.1.0 is counted once)
 ``P clock``            STRING  last age handed out (ages strictly increase)
 ``P f:<m>``            HASH    in-flight owners of a request: ``owner`` -> worker id
 ``P fs``               HASH    ``scope`` -> in-flight row count (stats)
@@ -31,7 +33,9 @@ Ages are microseconds of the Redis server's clock (``TIME``), made strictly incr
 through ``P clock`` so rows keep their insertion order exactly as the memory storage does,
 whatever the workers' clocks say. Eviction picks the largest scope from ``P scopes``, then
 the scope of that size whose oldest row is oldest from ``P l:<n>``: each step costs
-O(log n) and touches only the rows it evicts, never a scan of every row.
+O(log n) and touches only the rows it evicts, never a scan of every row. A scrape
+(``SUMMARY``) reads the largest scopes the same way and the totals by kind from
+``P kinds``: O(k log n).
 
 Messages published on ``P c:<worker>`` are netstrings (``<len>:<bytes>`` concatenated):
 scope, key, encoded reason, then the ids of that worker's owners that track the request.
@@ -45,6 +49,7 @@ __all__ = [
     "FINISH",
     "REMOVE",
     "RESYNC",
+    "SUMMARY",
     "TRACK",
     "UNTRACK",
 ]
@@ -56,6 +61,7 @@ local REASONS = P .. 'reasons'
 local SCOPES = P .. 'scopes'
 local FS = P .. 'fs'
 local WORKERS = P .. 'workers'
+local KINDS = P .. 'kinds'
 local function rows_key(scope) return P .. 's:' .. scope end
 local function level_key(n) return P .. 'l:' .. string.format('%d', n) end
 local function flight_key(m) return P .. 'f:' .. m end
@@ -67,6 +73,29 @@ local function split(s)
   local colon = string.find(s, ':', 1, true)
   local n = tonumber(string.sub(s, 1, colon - 1))
   return string.sub(s, colon + 1, colon + n), string.sub(s, colon + n + 1)
+end
+-- The kind of a scope, exactly as mcp_cancellation.scope.scope_kind has it.
+local function kind_of(scope)
+  if scope == 'global' then return 'global' end
+  local prefix = string.match(scope, '^([^:]*):')
+  if prefix == 'session' or prefix == 'principal' or prefix == 'ip' then return prefix end
+  return 'other'
+end
+-- Start keeping P kinds: counted once from P scopes (a table an older version wrote).
+local function ensure_kinds()
+  if redis.call('HSETNX', KINDS, '_v', '1') == 0 then return end
+  local scopes = redis.call('ZRANGE', SCOPES, 0, -1, 'WITHSCORES')
+  local totals = {}
+  for i = 1, #scopes, 2 do
+    local kind = kind_of(scopes[i])
+    totals[kind] = (totals[kind] or 0) + tonumber(scopes[i + 1])
+  end
+  for kind, n in pairs(totals) do redis.call('HSET', KINDS, kind, n) end
+end
+-- Rows of `scope` added (delta > 0) or removed, before P scopes is re-filed.
+local function count_kind(scope, delta)
+  ensure_kinds()
+  redis.call('HINCRBY', KINDS, kind_of(scope), delta)
 end
 local function count_of(scope)
   return tonumber(redis.call('ZSCORE', SCOPES, scope) or 0)
@@ -86,6 +115,7 @@ local function relevel(scope, old)
 end
 -- Delete existing rows of one scope (the caller re-files the scope afterwards).
 local function drop_rows(scope, keys)
+  if #keys > 0 then count_kind(scope, -#keys) end
   local members = {}
   for i, k in ipairs(keys) do members[i] = member(scope, k) end
   for i = 1, #keys, 1000 do
@@ -101,8 +131,11 @@ end
 local function drop_single_rows(limit, singles)
   local level = level_key(1)
   local victims = redis.call('ZRANGE', level, 0, limit - 1)
-  local members, keys = {}, {}
+  local members, keys, kinds = {}, {}, {}
+  if #victims > 0 then ensure_kinds() end
   for i, victim in ipairs(victims) do
+    local kind = kind_of(victim)
+    kinds[kind] = (kinds[kind] or 0) + 1
     keys[i] = rows_key(victim)
     members[i] = member(victim, redis.call('ZRANGE', keys[i], 0, 0)[1])
     singles[#singles + 1] = #victim .. ':' .. victim
@@ -115,6 +148,7 @@ local function drop_single_rows(limit, singles)
     redis.call('ZREM', SCOPES, unpack(victims, i, j))
   end
   if #victims > 0 then redis.call('ZREMRANGEBYRANK', level, 0, #victims - 1) end
+  for kind, n in pairs(kinds) do redis.call('HINCRBY', KINDS, kind, -n) end
   return #victims
 end
 local function remove_row(scope, key)
@@ -211,6 +245,7 @@ else
     count = count_of(scope)
   end
   local age = next_age()
+  count_kind(scope, 1)
   redis.call('ZADD', rows_key(scope), age, key)
   redis.call('ZADD', AGES, age, m)
   redis.call('HSET', REASONS, m, renc)
@@ -273,6 +308,33 @@ FINISH = (
     + r"""
 untrack(ARGV[2], ARGV[3], ARGV[4])
 return remove_row(ARGV[2], ARGV[3])
+"""
+)
+
+#: ARGV: prefix, k. Returns {P kinds as field/value pairs, P fs likewise, the k largest
+#: scopes and their counts in eviction order (largest first, equal sizes oldest row first)}:
+#: O(k log n), walking at most k levels down from the largest size.
+SUMMARY = (
+    _PRELUDE
+    + r"""
+local k = tonumber(ARGV[2])
+ensure_kinds()
+local largest = {}
+local top = redis.call('ZREVRANGE', SCOPES, 0, 0, 'WITHSCORES')
+local size = top[2] and tonumber(top[2])
+local found = 0
+while size and found < k do
+  for _, scope in ipairs(redis.call('ZRANGE', level_key(size), 0, k - found - 1)) do
+    largest[#largest + 1] = scope
+    largest[#largest + 1] = size
+    found = found + 1
+  end
+  if found >= k then break end
+  local below = redis.call('ZREVRANGEBYSCORE', SCOPES, '(' .. size, '-inf', 'WITHSCORES',
+    'LIMIT', 0, 1)
+  size = below[2] and tonumber(below[2])
+end
+return {redis.call('HGETALL', KINDS), redis.call('HGETALL', FS), largest}
 """
 )
 

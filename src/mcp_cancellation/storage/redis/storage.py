@@ -11,14 +11,15 @@ import concurrent.futures
 import contextlib
 import functools
 import uuid
-from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import Callable, Collection, Coroutine
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ..._extras import requires
 from ...errors import ConfigurationError, StorageUnavailable
+from ...scope import scope_kind
 from .._health import Health
 from .._in_flight import Row
-from ..base import AddResult, Limits, Storage, StorageStats
+from ..base import AddResult, Limits, Storage, StorageStats, TableSummary
 from . import _scripts as scripts
 from ._codec import decode_reason, encode_reason, member, split_netstrings, text, to_bytes
 from ._home import HomeLoop
@@ -38,7 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_PREFIX", "RedisStorage"]
 
 DEFAULT_PREFIX = "mcp-cancellation"
-_SCRIPTS = ("ADD", "TRACK", "UNTRACK", "REMOVE", "FINISH", "RESYNC", "CLEANUP")
+T = TypeVar("T")
+
+_SCRIPTS = ("ADD", "TRACK", "UNTRACK", "REMOVE", "FINISH", "RESYNC", "CLEANUP", "SUMMARY")
 
 
 def _identity(client: Redis, prefix: str) -> str:
@@ -215,9 +218,11 @@ class RedisStorage(Storage):
     async def _script(self, name: str, *args: bytes | str | int) -> Any:
         return await self._scripts[name](keys=[self._routing_key], args=[self._prefix, *args])
 
-    async def _run(self, name: str, *args: bytes | str | int) -> Any:
-        """One script, on the home loop, bounded and translated."""
-        return await self._home.call(functools.partial(self._script, name, *args), name.lower())
+    async def _run(self, name: str, *args: bytes | str | int, operation: str = "") -> Any:
+        """One script, on the home loop, bounded and translated; a failure is reported
+        as *operation* (default: the script's name)."""
+        call = functools.partial(self._script, name, *args)
+        return await self._home.call(call, operation or name.lower())
 
     # -- cancellation rows -------------------------------------------------------------
 
@@ -385,15 +390,41 @@ class RedisStorage(Storage):
             in_flight={text(scope): int(n) for scope, n in flights.items() if int(n) > 0},
         )
 
+    async def summary(self, top_k: int) -> TableSummary:
+        """Totals by scope kind and the *top_k* largest scopes: one script, O(k log n)."""
+        kinds, flights, largest = await self._run("SUMMARY", str(max(0, top_k)), operation="stats")
+        in_flight: dict[str, int] = {}
+        for i in range(0, len(flights), 2):
+            kind = scope_kind(text(flights[i]))
+            in_flight[kind] = in_flight.get(kind, 0) + int(flights[i + 1])
+        return TableSummary(
+            rows={
+                text(kinds[i]): int(kinds[i + 1])
+                for i in range(0, len(kinds), 2)
+                if kinds[i] != b"_v" and int(kinds[i + 1])
+            },
+            in_flight={kind: n for kind, n in in_flight.items() if n > 0},
+            largest=tuple(
+                (text(largest[i]), int(largest[i + 1])) for i in range(0, len(largest), 2)
+            ),
+        )
+
     def stats_from_thread(self, timeout: float) -> StorageStats | None:
         """:meth:`stats` on the home loop, from another thread, within *timeout*."""
+        return self._from_thread(self.stats, timeout)
+
+    def summary_from_thread(self, top_k: int, timeout: float) -> TableSummary | None:
+        """:meth:`summary` on the home loop, from another thread, within *timeout*."""
+        return self._from_thread(functools.partial(self.summary, top_k), timeout)
+
+    def _from_thread(self, read: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T | None:
         home = self._home.loop
         if home is None or home.is_closed() or not home.is_running() or self._home.closed:
             return None
         with contextlib.suppress(RuntimeError):
             if asyncio.get_running_loop() is home:
                 return None  # blocking here would stop the loop that must answer
-        future = asyncio.run_coroutine_threadsafe(self.stats(), home)
+        future = asyncio.run_coroutine_threadsafe(read(), home)
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
