@@ -98,10 +98,12 @@ async def test_scrape_after_real_cancellations_sample_by_sample(make_memory_regi
             )
         assert value(parsed, P + "max_rows", storage=ST) == 12
         assert value(parsed, P + "max_rows_per_scope", storage=ST) == 3
+        # The top 3 in eviction order: equal sizes go oldest row first (alice's before
+        # 198.51.100.7's), as the cap would evict them.
         assert series(parsed, P + "scope_rows") == {
             frozenset({("storage", ST), ("scope", session_label(SESSION_ID))}): 3,
             frozenset({("storage", ST), ("scope", "ip:192.0.2.1")}): 2,
-            frozenset({("storage", ST), ("scope", "ip:198.51.100.7")}): 2,
+            frozenset({("storage", ST), ("scope", "principal:alice")}): 2,
         }
         assert series(parsed, P + "scope_rejections") == {
             frozenset({("scope", "ip:192.0.2.1"), ("reason", "quota")}): 1,

@@ -1,6 +1,6 @@
 """What the scrape-time gauges show, computed once for both bridges (private).
 
-A :class:`TableState` is read at collection time (the storage's stats, the limits, the
+A :class:`TableState` is read at collection time (the storage's summary, the limits, the
 selected heavy hitters); :func:`gauge_values` turns it into the values of every gauge of
 the catalogue, as ``(label values in catalogue order, value)`` pairs. The Prometheus
 collector wraps them in metric families, the OpenTelemetry bridge in observations, so both
@@ -9,13 +9,12 @@ export the same series.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ..scope import SCOPE_KINDS, ScopeKind, scope_kind
-from ..storage.base import StorageStats
+from ..scope import SCOPE_KINDS
+from ..storage.base import TableSummary
 from ._catalogue import PREFIX
 from ._heavy_hitters import HeavyHitter
 from ._labels import ScopeLabeler
@@ -38,8 +37,9 @@ class TableState:
     up: bool
     max_rows: int | None
     max_rows_per_scope: int | None
-    #: Row counts per scope, or ``None`` when the storage could not be read.
-    stats: StorageStats | None
+    #: Totals by kind and the largest scopes, or ``None`` when the storage could not be
+    #: read.
+    summary: TableSummary | None
     #: The rejected (reason, scope label) items to export, already selected.
     rejections: Sequence[HeavyHitter]
     top_k: int
@@ -54,8 +54,8 @@ def gauge_values(state: TableState) -> Iterator[GaugeValues]:
     """Every gauge of one collection (row gauges only when the stats could be read)."""
     storage = state.storage
     yield PREFIX + "storage_up", [((storage,), 1.0 if state.up else 0.0)]
-    if state.stats is not None:
-        yield from _row_gauges(storage, state.stats, state.top_k, state.labeler)
+    if state.summary is not None:
+        yield from _row_gauges(storage, state.summary, state.labeler)
     yield PREFIX + "max_rows", [((storage,), _limit(state.max_rows))]
     yield PREFIX + "max_rows_per_scope", [((storage,), _limit(state.max_rows_per_scope))]
     points: list[tuple[tuple[str, ...], float]] = []
@@ -66,17 +66,16 @@ def gauge_values(state: TableState) -> Iterator[GaugeValues]:
 
 
 def _row_gauges(
-    storage: str, stats: StorageStats, top_k: int, labeler: ScopeLabeler
+    storage: str, summary: TableSummary, labeler: ScopeLabeler
 ) -> Iterator[GaugeValues]:
-    for name, table in ((PREFIX + "rows", stats.rows), (PREFIX + "in_flight", stats.in_flight)):
-        by_kind: dict[ScopeKind, int] = dict.fromkeys(SCOPE_KINDS, 0)
-        for scope, count in table.items():
-            by_kind[scope_kind(scope)] += count
-        yield name, [((storage, kind), float(count)) for kind, count in by_kind.items()]
-    # Top K by rows; labels are merged first (a digest or a cut may join two scopes).
+    for name, by_kind in (
+        (PREFIX + "rows", summary.rows),
+        (PREFIX + "in_flight", summary.in_flight),
+    ):
+        yield name, [((storage, kind), float(by_kind.get(kind, 0))) for kind in SCOPE_KINDS]
+    # The largest scopes; labels are merged (a digest or a cut may join two scopes).
     by_label: dict[str, int] = {}
-    top = heapq.nsmallest(top_k, stats.rows.items(), key=lambda kv: (-kv[1], kv[0]))
-    for scope, count in top:
+    for scope, count in summary.largest:
         label = labeler(scope)
         by_label[label] = by_label.get(label, 0) + count
     yield PREFIX + "scope_rows", [((storage, label), float(n)) for label, n in by_label.items()]

@@ -288,13 +288,13 @@ class OpenTelemetryBridge(Bridge):
             if state is not None and now - taken < _STATE_REUSE:
                 return state
             storage = registry.storage
-            stats = storage.stats_from_thread(self.stats_timeout)
+            summary = storage.summary_from_thread(self.top_k, self.stats_timeout)
             state = TableState(
                 storage=storage.identity,
                 up=storage.available,
                 max_rows=registry.max_rows,
                 max_rows_per_scope=registry.max_rows_per_scope,
-                stats=stats,
+                summary=summary,
                 rejections=self.rejections.select(),
                 top_k=self.top_k,
                 labeler=self.labeler,

@@ -14,7 +14,7 @@ from ... import signals
 from ..._extras import requires
 from ...errors import ConfigurationError
 from ...scope import SCOPE_KINDS, scope_kind
-from ...storage.base import STORAGE_OPERATIONS, StorageStats
+from ...storage.base import STORAGE_OPERATIONS, TableSummary
 from .._bridge import Bridge, Receivers
 from .._guard import never_raise
 from .._labels import ScopeLabeler
@@ -41,7 +41,7 @@ _ONE_PER_COLLECTOR_REGISTRY: Final = (
 )
 
 # The snapshot render() awaited for the scrape being rendered in this task.
-_pending: contextvars.ContextVar[tuple[PrometheusBridge, StorageStats | None] | None] = (
+_pending: contextvars.ContextVar[tuple[PrometheusBridge, TableSummary | None] | None] = (
     contextvars.ContextVar("mcp_cancellation_pending_stats", default=None)
 )
 
@@ -101,7 +101,7 @@ class PrometheusBridge(Bridge):
         self.multiprocess_dir = directory
         self._files = HitterFiles(directory, self.hitters) if directory else None
         self._collector = StateCollector(self)
-        self._snapshot: StorageStats | None = None
+        self._snapshot: TableSummary | None = None
         self._counters: list[Counter] = []
         self._cancelled: dict[str, Counter] = {}
         self._rejected: dict[tuple[str, str], Counter] = {}
@@ -214,8 +214,9 @@ class PrometheusBridge(Bridge):
 
     # -- scrape-time state -------------------------------------------------------------
 
-    async def refresh(self) -> StorageStats | None:
-        """Await the registry's stats and keep them for collectors that cannot await.
+    async def refresh(self) -> TableSummary | None:
+        """Await the storage's summary (totals by scope kind, the ``top_k`` largest
+        scopes) and keep it for collectors that cannot await.
 
         Returns the snapshot, or ``None`` if the registry is gone or its storage failed
         (logged; row gauges are then left out rather than shown stale).
@@ -225,7 +226,7 @@ class PrometheusBridge(Bridge):
             return None
         try:
             async with asyncio.timeout(self.stats_timeout):
-                stats = await registry.stats()
+                stats = await registry.storage.summary(self.top_k)
         except TimeoutError:
             logger.warning(
                 "cancellation stats unavailable for /metrics: no answer in %.1f s",
@@ -241,7 +242,7 @@ class PrometheusBridge(Bridge):
         self._probe_ok, self._snapshot = True, stats
         return stats
 
-    def _stats(self) -> StorageStats | None:
+    def _summary(self) -> TableSummary | None:
         pending = _pending.get()
         if pending is not None and pending[0] is self and pending[1] is not None:
             return pending[1]
@@ -250,7 +251,7 @@ class PrometheusBridge(Bridge):
             return None
         # From an exporter thread (start_http_server) a Redis storage is read on its own
         # loop, within stats_timeout; on that loop itself, the last awaited snapshot.
-        stats = registry.storage.stats_from_thread(self.stats_timeout)
+        stats = registry.storage.summary_from_thread(self.top_k, self.stats_timeout)
         return stats if stats is not None else self._snapshot
 
     def gauge_state(self) -> GaugeState | None:
@@ -268,7 +269,7 @@ class PrometheusBridge(Bridge):
             up=storage.available and self._probe_ok is not False,
             max_rows=registry.max_rows,
             max_rows_per_scope=registry.max_rows_per_scope,
-            stats=self._stats(),
+            summary=self._summary(),
             rejections=rejections,
             top_k=self.top_k,
             labeler=self.labeler,
