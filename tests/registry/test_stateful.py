@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 import pytest
@@ -34,12 +34,15 @@ from mcp_cancellation import (
     RequestToken,
     Storage,
 )
+from mcp_cancellation.scope import scope_kind
 
 from ..support import RedisServer
+from ._model import Model
 
 T = TypeVar("T")
 
-SCOPES = [f"s{n}" for n in range(24)]
+# Every scope kind appears, so the totals by kind are checked too.
+SCOPES = [f"s{n}" for n in range(20)] + ["global", "ip:192.0.2.1", "session:a", "principal:p"]
 IDS = list(range(6))
 scopes = st.sampled_from(SCOPES)
 ids = st.sampled_from(IDS)
@@ -56,63 +59,6 @@ class _Live:
     release: asyncio.Event
     token: RequestToken
     expect_cancelled: bool
-
-
-@dataclass
-class Model:
-    """The seed's rules, written the straightforward way."""
-
-    max_rows: int | None
-    quota: int | None
-    # scope -> key -> (age, reason), insertion-ordered (oldest first)
-    rows: dict[str, dict[str, tuple[float, str | None]]] = field(default_factory=dict)
-    dead: dict[tuple[str, str], int] = field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return sum(len(r) for r in self.rows.values())
-
-    def counts(self) -> dict[str, int]:
-        return {scope: len(r) for scope, r in self.rows.items() if r}
-
-    def evict(self) -> None:
-        assert self.max_rows is not None
-        remaining = max(1, self.max_rows // 20)
-        # Count per scope, sort: largest first, then oldest row first; delete a batch.
-        order = sorted(
-            (scope for scope in self.rows if self.rows[scope]),
-            key=lambda s: (-len(self.rows[s]), next(iter(self.rows[s].values()))[0]),
-        )
-        for scope in order:
-            if remaining == 0:
-                break
-            for key in list(self.rows[scope])[:remaining]:
-                del self.rows[scope][key]
-                remaining -= 1
-
-    def add(self, scope: str, key: str, reason: str | None, now: float) -> bool:
-        """Apply a cancellation; False if the quota refuses it."""
-        rows = self.rows.setdefault(scope, {})
-        if key in rows:
-            rows[key] = (rows[key][0], reason)
-            return True
-        if self.quota is not None and len(rows) >= self.quota:
-            return False
-        if self.max_rows is not None and self.total >= self.max_rows:
-            self.evict()
-        self.rows.setdefault(scope, {})[key] = (now, reason)
-        return True
-
-    def remove(self, scope: str, key: str) -> None:
-        self.rows.get(scope, {}).pop(key, None)
-
-    def expire(self, ttl: float, now: float) -> int:
-        removed = 0
-        for rows in self.rows.values():
-            for key in [k for k, (age, _) in rows.items() if age < now - ttl]:
-                del rows[key]
-                removed += 1
-        return removed
 
 
 class RegistryMachine(RuleBasedStateMachine):
@@ -285,6 +231,23 @@ class RegistryMachine(RuleBasedStateMachine):
         assert {s: n for s, n in stats.in_flight.items() if n} == expected_in_flight
         for live in self.open:
             assert live.token.cancelled == live.expect_cancelled
+
+    @invariant()
+    def the_index_agrees_with_the_table(self) -> None:
+        """What a scrape reads (the storage's scope-size index and kind totals) is the
+        table as the model has it: the largest scopes in eviction order, any prefix."""
+        if self.registry is None:
+            return
+        order = self.model.eviction_order()
+        for top_k in (1, 3, len(SCOPES)):
+            summary = self.run(self.reg.storage.summary(top_k))
+            assert list(summary.largest) == order[:top_k]
+        kinds: dict[str, int] = {}
+        for scope, n in order:
+            kinds[scope_kind(scope)] = kinds.get(scope_kind(scope), 0) + n
+        assert {kind: n for kind, n in summary.rows.items() if n} == kinds
+        if isinstance(self.reg.storage, MemoryStorage):
+            self.reg.storage.check_index()
 
     @invariant()
     def rows_and_reasons_match(self) -> None:

@@ -1,0 +1,127 @@
+"""The scope-size index always agrees with the table: after every insert, update, removal,
+eviction and expiry, what a scrape reads (``Storage.summary``: the largest scopes in
+eviction order and the row totals by scope kind) is exactly what the reference model
+computes from the rows, on every backend.
+
+Few scopes and few ids, so that scopes grow, shrink from either end and tie in size (the
+cases an incrementally kept index can get wrong)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mcp_cancellation import CancellationLimitReached, CancellationRegistry, MemoryStorage, Storage
+from mcp_cancellation.scope import scope_kind
+
+from ..support import RedisServer
+from ._model import Model
+
+SCOPES = ["ip:192.0.2.1", "session:a", "other", "global"]
+IDS = range(4)
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("cancel"), st.sampled_from(SCOPES), st.sampled_from(IDS)),
+        # ids 0 .. n-1 at once: scopes that grow and then shrink from either end
+        st.tuples(st.just("fill"), st.sampled_from(SCOPES), st.integers(2, 4)),
+        st.tuples(st.just("clear"), st.sampled_from(SCOPES), st.sampled_from(IDS)),
+        st.tuples(st.just("wait"), st.sampled_from([1.0, 5.0]), st.just(0)),
+        st.tuples(st.just("expire"), st.sampled_from([2.5, 6.0]), st.just(0)),
+    ),
+    min_size=4,
+    max_size=50,
+)
+limits = st.tuples(st.sampled_from([None, 3, 6, 20]), st.sampled_from([None, 2, 4]))
+
+
+def _check(storage: Storage, model: Model, loop: asyncio.AbstractEventLoop) -> None:
+    order = model.eviction_order()
+    for top_k in (1, 2, len(SCOPES)):
+        summary = loop.run_until_complete(storage.summary(top_k))
+        assert list(summary.largest) == order[:top_k]
+    kinds: dict[str, int] = {}
+    for scope, n in order:
+        kinds[scope_kind(scope)] = kinds.get(scope_kind(scope), 0) + n
+    assert {kind: n for kind, n in summary.rows.items() if n} == kinds
+    if isinstance(storage, MemoryStorage):
+        storage.check_index()
+
+
+def _run(
+    make: Callable[[Callable[[], float]], Storage],
+    bounds: tuple[int | None, int | None],
+    ops: list[tuple[str, object, object]],
+    *,
+    expiry: bool,
+) -> None:
+    loop = asyncio.new_event_loop()
+    now = [1_000.0]
+    storage = make(lambda: now[0])
+    max_rows, quota = bounds
+    registry = CancellationRegistry(
+        storage, max_rows=max_rows, max_rows_per_scope=quota, ttl=None, janitor_interval=None
+    )
+    model = Model(max_rows, quota)
+    try:
+        for op, a, b in ops:
+            if op in ("cancel", "fill"):
+                assert isinstance(a, str)
+                assert isinstance(b, int)
+                for request_id in range(b) if op == "fill" else [b]:
+                    now[0] += 1.0
+                    if model.add(a, str(request_id), "r", now[0]):
+                        loop.run_until_complete(registry.cancel(request_id, "r", scope=a))
+                    else:
+                        with pytest.raises(CancellationLimitReached):
+                            loop.run_until_complete(registry.cancel(request_id, "r", scope=a))
+            elif op == "clear":
+                assert isinstance(a, str)
+                assert isinstance(b, int)
+                model.remove(a, str(b))
+                loop.run_until_complete(registry.clear(b, scope=a))
+            elif op == "wait":
+                assert isinstance(a, float)
+                now[0] += a
+            elif expiry:  # only where the test controls the storage's clock
+                assert isinstance(a, float)
+                model.expire(a, now[0])
+                loop.run_until_complete(registry.cleanup(ttl=a))
+            _check(storage, model, loop)
+    finally:
+        loop.run_until_complete(registry.aclose())
+        loop.close()
+
+
+@settings(max_examples=150, deadline=None)
+@given(bounds=limits, ops=operations)
+def test_the_index_agrees_with_the_table_in_memory(
+    bounds: tuple[int | None, int | None], ops: list[tuple[str, object, object]]
+) -> None:
+    _run(lambda clock: MemoryStorage(clock=clock), bounds, ops, expiry=True)
+
+
+@pytest.mark.redis
+def test_the_index_agrees_with_the_table_on_redis(redis_server: RedisServer) -> None:
+    """The same on a real redis-server (its own clock: no expiry steps)."""
+
+    def make(clock: Callable[[], float]) -> Storage:
+        from mcp_cancellation.storage.redis import RedisStorage
+
+        return RedisStorage.from_url(redis_server.url, prefix=f"index-{uuid.uuid4().hex[:10]}")
+
+    @settings(
+        max_examples=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    @given(bounds=limits, ops=operations)
+    def check(bounds: tuple[int | None, int | None], ops: list[tuple[str, object, object]]) -> None:
+        _run(make, bounds, ops, expiry=False)
+
+    check()
