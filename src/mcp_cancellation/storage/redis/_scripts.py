@@ -33,7 +33,9 @@ Ages are microseconds of the Redis server's clock (``TIME``), made strictly incr
 through ``P clock`` so rows keep their insertion order exactly as the memory storage does,
 whatever the workers' clocks say. Eviction picks the largest scope from ``P scopes``, then
 the scope of that size whose oldest row is oldest from ``P l:<n>``: each step costs
-O(log n) and touches only the rows it evicts, never a scan of every row. A scrape
+O(log n) and touches only the rows it evicts, never a scan of every row. One call of
+``ADD`` evicts at most a bounded number of rows (``RedisStorage(eviction_chunk=...)``); a
+larger batch is finished by further calls, so no script blocks Redis for long. A scrape
 (``SUMMARY``) reads the largest scopes the same way and the totals by kind from
 ``P kinds``: O(k log n).
 
@@ -158,6 +160,49 @@ local function remove_row(scope, key)
   relevel(scope, count)
   return 1
 end
+-- Evict up to `budget` rows of a batch that still owes `remaining`, in eviction order:
+-- the largest scope first (among equals the one holding the oldest row), its oldest rows
+-- first, a whole scope at a time except where the batch ends. `partial` names a scope that
+-- a previous call (whose budget ran out) was part-way through: it is finished first, so
+-- a batch split over several calls evicts exactly what one call would have. Appends
+-- (scope, count) pairs to `result` and one-row scopes to `singles`; returns what is still
+-- owed, the budget left and the scope left part-way ('' for none).
+local function evict(remaining, budget, partial, result, singles)
+  while remaining > 0 and budget > 0 do
+    local victim, size = nil, 0
+    if partial ~= '' then
+      size = count_of(partial)
+      if size > 0 then victim = partial end
+      partial = ''
+    end
+    if not victim then
+      local top = redis.call('ZREVRANGE', SCOPES, 0, 0, 'WITHSCORES')
+      if #top == 0 then break end
+      size = tonumber(top[2])
+      if size > 1 then
+        victim = redis.call('ZRANGE', level_key(size), 0, 0)[1]
+        if not victim then break end
+      end
+    end
+    if victim then
+      local take = math.min(remaining, size)
+      local now = math.min(take, budget)
+      drop_rows(victim, redis.call('ZRANGE', rows_key(victim), 0, now - 1))
+      relevel(victim, size)
+      result[#result + 1] = victim
+      result[#result + 1] = now
+      remaining, budget = remaining - now, budget - now
+      if now < take then partial = victim end
+    else
+      -- Only one-row scopes are left (an address-rotation flood): they go oldest first,
+      -- which is the order of P l:1, so drop the next ones together.
+      local n = drop_single_rows(math.min(remaining, budget), singles)
+      if n == 0 then break end
+      remaining, budget = remaining - n, budget - n
+    end
+  end
+  return remaining, budget, partial
+end
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -196,52 +241,44 @@ end
 """
 
 #: ARGV: prefix, scope, key, reason (encoded), require_in_flight ("1"/"0"), quota ("" for
-#: none), cap ("" for none), eviction batch, this worker's id.
-#: Returns {outcome, one-row scopes evicted, evicted scope, count, evicted scope, count,
-#: ...}: the scopes evicted whole with one row each (an address-rotation flood) come last
-#: in eviction order, packed as netstrings in one string so that a batch of thousands is
-#: one reply element rather than thousands.
+#: none), cap ("" for none), eviction batch, this worker's id, the most rows this call may
+#: evict ("" for no bound), rows of a batch an earlier call left owed ("" for none) and the
+#: scope it was part-way through ("" for none).
+#: Returns {outcome, one-row scopes evicted, rows still owed, scope part-way, evicted scope,
+#: count, evicted scope, count, ...}. Outcome ``evicting`` means the call spent its
+#: eviction budget before the batch was done and wrote nothing else: the caller calls again
+#: with the owed rows and the scope, so that no single script holds Redis for long, and the
+#: calls together evict exactly what one unbounded call would. The scopes evicted whole with
+#: one row each (an address-rotation flood) come after the others in eviction order, packed
+#: as netstrings in one string so that a batch of thousands is one reply element.
 ADD = (
     _PRELUDE
     + r"""
 local scope, key, renc = ARGV[2], ARGV[3], ARGV[4]
 local m = member(scope, key)
 local fk = flight_key(m)
-if ARGV[5] == '1' and redis.call('EXISTS', fk) == 0 then return {'not_in_flight'} end
-local result
+local result, singles = {'recorded', '', 0, ''}, {}
+local budget = tonumber(ARGV[10]) or math.huge
+local owed, partial = tonumber(ARGV[11]) or 0, ARGV[12] or ''
+local function done(outcome)
+  result[1], result[2], result[3], result[4] = outcome, table.concat(singles), owed, partial
+  return result
+end
+if owed > 0 then
+  owed, budget, partial = evict(owed, budget, partial, result, singles)
+  if owed > 0 then return done('evicting') end
+end
+if ARGV[5] == '1' and redis.call('EXISTS', fk) == 0 then return done('not_in_flight') end
 if redis.call('HEXISTS', REASONS, m) == 1 then
   redis.call('HSET', REASONS, m, renc)
-  result = {'updated'}
+  result[1] = 'updated'
 else
   local count = count_of(scope)
-  if ARGV[6] ~= '' and count >= tonumber(ARGV[6]) then return {'quota'} end
-  result = {'recorded', ''}
-  local singles = {}
+  if ARGV[6] ~= '' and count >= tonumber(ARGV[6]) then return done('quota') end
   local total = redis.call('ZCARD', AGES)
   if ARGV[7] ~= '' and total >= tonumber(ARGV[7]) then
-    local remaining = math.min(tonumber(ARGV[8]), total)
-    while remaining > 0 do
-      local top = redis.call('ZREVRANGE', SCOPES, 0, 0, 'WITHSCORES')
-      if #top == 0 then break end
-      local size = tonumber(top[2])
-      if size == 1 then
-        -- Only one-row scopes are left (an address-rotation flood): they go oldest first,
-        -- which is the order of P l:1, so drop the next `remaining` of them together.
-        local n = drop_single_rows(remaining, singles)
-        if n == 0 then break end
-        remaining = remaining - n
-      else
-        local victim = redis.call('ZRANGE', level_key(size), 0, 0)[1]
-        if not victim then break end
-        local take = math.min(remaining, size)
-        drop_rows(victim, redis.call('ZRANGE', rows_key(victim), 0, take - 1))
-        relevel(victim, size)
-        result[#result + 1] = victim
-        result[#result + 1] = take
-        remaining = remaining - take
-      end
-    end
-    result[2] = table.concat(singles)
+    owed, budget, partial = evict(math.min(tonumber(ARGV[8]), total), budget, '', result, singles)
+    if owed > 0 then return done('evicting') end
     count = count_of(scope)
   end
   local age = next_age()
@@ -251,6 +288,7 @@ else
   redis.call('HSET', REASONS, m, renc)
   relevel(scope, count)
 end
+result[2] = table.concat(singles)
 -- Push the cancellation to every other worker that tracks the request.
 local owners = redis.call('HGETALL', fk)
 local by_worker = {}

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_PREFIX", "RedisStorage"]
 
 DEFAULT_PREFIX = "mcp-cancellation"
+#: Rows one ``ADD`` script may evict: a few milliseconds of Redis time at worst (one-row
+#: scopes, the costliest shape; docs/performance.md).
+DEFAULT_EVICTION_CHUNK = 250
 T = TypeVar("T")
 
 _SCRIPTS = ("ADD", "TRACK", "UNTRACK", "REMOVE", "FINISH", "RESYNC", "CLEANUP", "SUMMARY")
@@ -57,6 +60,19 @@ def _identity(client: Redis, prefix: str) -> str:
     return f"redis://{host}:{port}/{db}?prefix={prefix}"
 
 
+def _collect_evicted(evicted: list[tuple[str, int]], reply: list[Any]) -> None:
+    """Append one ``ADD`` reply's evictions, in eviction order, to *evicted*; a scope that
+    one call left part-way and the next finished is one entry, as if evicted at once."""
+    found = [(text(reply[i]), int(reply[i + 1])) for i in range(4, len(reply), 2)]
+    if reply[1]:  # one-row scopes evicted whole, after the others
+        found += [(text(s), 1) for s in split_netstrings(to_bytes(reply[1]))]
+    for scope, count in found:
+        if evicted and evicted[-1][0] == scope:
+            evicted[-1] = (scope, evicted[-1][1] + count)
+        else:
+            evicted.append((scope, count))
+
+
 class RedisStorage(Storage):
     """Rows in Redis, shared by every worker and node that uses the same prefix.
 
@@ -66,6 +82,9 @@ class RedisStorage(Storage):
     *heartbeat_ttl* is how long a silent worker keeps its in-flight rows. *identity* names
     the table in metrics (the ``storage`` label); by default it is derived from the
     server's address, the database and the prefix (see :attr:`identity`).
+    *eviction_chunk* bounds the rows one script evicts: a larger eviction batch (the cap's
+    ``max_rows // 20``) is taken by several scripts in a row, which together evict exactly
+    what one would, so Redis serves other clients in between (``None``: one script).
     """
 
     name = "redis"
@@ -81,11 +100,15 @@ class RedisStorage(Storage):
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
         close_client: bool = False,
         identity: str | None = None,
+        eviction_chunk: int | None = DEFAULT_EVICTION_CHUNK,
     ) -> None:
         if not prefix or "{" in prefix or "}" in prefix:
             raise ConfigurationError("prefix must be non-empty and contain no '{' or '}'")
         if timeout <= 0 or heartbeat_ttl <= 0 or cleanup_batch < 1:
             raise ConfigurationError("timeout, heartbeat_ttl and cleanup_batch must be > 0")
+        if eviction_chunk is not None and eviction_chunk < 1:
+            raise ConfigurationError("eviction_chunk must be >= 1 or None")
+        self._eviction_chunk = eviction_chunk
         self._redis = client
         self.prefix = prefix
         self._identity = identity if identity is not None else _identity(client, prefix)
@@ -131,6 +154,7 @@ class RedisStorage(Storage):
         cleanup_batch: int = 1000,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
         identity: str | None = None,
+        eviction_chunk: int | None = DEFAULT_EVICTION_CHUNK,
         **client_kwargs: Any,
     ) -> Self:
         """Connect to ``redis://`` / ``rediss://`` / ``unix://`` *url*.
@@ -163,6 +187,7 @@ class RedisStorage(Storage):
             reconnect_backoff=reconnect_backoff,
             close_client=True,
             identity=identity,
+            eviction_chunk=eviction_chunk,
         )
 
     # -- identity and plumbing -----------------------------------------------------------
@@ -237,8 +262,7 @@ class RedisStorage(Storage):
     ) -> AddResult:
         quota = limits.max_rows_per_scope
         cap = limits.max_rows
-        reply = await self._run(
-            "ADD",
+        args = (
             to_bytes(scope),
             to_bytes(key),
             encode_reason(reason),
@@ -247,17 +271,22 @@ class RedisStorage(Storage):
             "" if cap is None else str(cap),
             str(limits.eviction_batch),
             self.worker_id,
+            "" if self._eviction_chunk is None else str(self._eviction_chunk),
         )
-        outcome = text(reply[0])
-        evicted: tuple[tuple[str, int], ...] = ()
-        if len(reply) > 1:
-            evicted = tuple((text(reply[i]), int(reply[i + 1])) for i in range(2, len(reply), 2))
-            if reply[1]:  # one-row scopes evicted whole, after the others
-                evicted += tuple((text(s), 1) for s in split_netstrings(to_bytes(reply[1])))
+        evicted: list[tuple[str, int]] = []
+        owed: bytes | str = ""
+        partial: bytes | str = ""
+        while True:  # more than one call only while a large eviction batch is under way
+            reply = await self._run("ADD", *args, owed, partial)
+            outcome = text(reply[0])
+            _collect_evicted(evicted, reply)
+            if outcome != "evicting":
+                break
+            owed, partial = str(int(reply[2])), to_bytes(reply[3])
         if outcome in ("recorded", "updated"):
             for token in self._local.tokens(scope, key):
                 token.set_cancelled(reason)
-        return AddResult(outcome, evicted)  # type: ignore[arg-type]
+        return AddResult(outcome, tuple(evicted))  # type: ignore[arg-type]
 
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
         value = await self._home.call(
