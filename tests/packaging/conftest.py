@@ -55,5 +55,6 @@ def bare_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         ).stdout.strip()
     )
     for package in (blinker, sortedcontainers):
+        assert package.__file__ is not None
         shutil.copytree(Path(package.__file__).parent, site / package.__name__)
     return python

@@ -22,16 +22,18 @@ from mcp_cancellation import CancellationRegistry
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.instrumentation import McpCancellationInstrumentor
 
-from .test_otel import by_name, points
+from .test_otel import events, points
 
 SCRIPT = textwrap.dedent(
     """
     import asyncio
+    from opentelemetry import trace
     from mcp_cancellation import CancellationRegistry, InvalidRequestId
 
     async def main():
         registry = CancellationRegistry(janitor_interval=None)
-        await registry.cancel(7, "stop", "ip:192.0.2.1")
+        with trace.get_tracer("program").start_as_current_span("job"):
+            await registry.cancel(7, "stop", "ip:192.0.2.1")
         try:
             await registry.cancel(True, None, "ip:192.0.2.1")
         except InvalidRequestId:
@@ -78,7 +80,8 @@ def test_opentelemetry_instrument_records_a_plain_program(tmp_path: Path) -> Non
         document, index = decoder.raw_decode(text, start)
         documents.append(document)
     spans = [d for d in documents if "context" in d and "name" in d]
-    (cancel,) = [s for s in spans if s["name"] == otel.SPAN_CANCEL]
+    (job,) = [s for s in spans if s["name"] == "job"]
+    (cancel,) = [e for e in job["events"] if e["name"] == otel.EVENT_CANCEL]
     assert cancel["attributes"]["mcp_cancellation.request.id"] == "7"
     metric_names = {
         metric["name"]
@@ -102,9 +105,10 @@ async def test_a_registry_with_its_own_bridge_is_recorded_once(
     plain = CancellationRegistry(janitor_interval=None)
     try:
         otel.instrument(own, tracer_provider=tracer_provider, meter_provider=meter_provider)
-        await own.cancel(1, None, "ip:192.0.2.1")
-        await plain.cancel(1, None, "ip:192.0.2.2")
-        assert len(by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)) == 2
+        with tracer_provider.get_tracer("server").start_as_current_span("request"):
+            await own.cancel(1, None, "ip:192.0.2.1")
+            await plain.cancel(1, None, "ip:192.0.2.2")
+        assert len(events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)) == 2
         assert points(metric_reader, "mcp_cancellation.cancelled") == {
             frozenset({("scope_kind", "ip")}): 2
         }

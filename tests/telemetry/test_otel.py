@@ -1,4 +1,5 @@
-"""The OpenTelemetry bridge: spans, parents, attributes and meter points (injected providers)."""
+"""The OpenTelemetry bridge: events on the current span, cleanup spans, attributes and meter
+points (injected providers)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,11 @@ def by_name(spans: Iterable[ReadableSpan], name: str) -> list[ReadableSpan]:
     return [span for span in spans if span.name == name]
 
 
+def events(spans: Iterable[ReadableSpan], name: str) -> list[tuple[ReadableSpan, Any]]:
+    """Every event called *name*, with the span it is on, in the order they were added."""
+    return [(span, event) for span in spans for event in span.events if event.name == name]
+
+
 def points(
     reader: InMemoryMetricReader, name: str, zeros: bool = False
 ) -> dict[frozenset[Any], float]:
@@ -60,7 +66,7 @@ def instrumented(
     return otel.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
 
 
-async def test_cancel_span_is_a_child_of_the_current_span(
+async def test_a_cancellation_is_an_event_on_the_current_span(
     make_memory_registry: Any,
     tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
@@ -68,16 +74,12 @@ async def test_cancel_span_is_a_child_of_the_current_span(
 ) -> None:
     registry: CancellationRegistry = make_memory_registry()
     request_tracer = tracer_provider.get_tracer("mcp-python-sdk")
-    with request_tracer.start_as_current_span("notifications/cancelled") as parent:
+    with request_tracer.start_as_current_span("notifications/cancelled"):
         await registry.cancel(42, "user pressed stop", SESSION, method="notifications/cancelled")
-    (span,) = by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)
-    assert span.parent is not None
-    assert span.parent.span_id == parent.get_span_context().span_id
-    assert span.context.trace_id == parent.get_span_context().trace_id
-    assert span.instrumentation_scope is not None
-    assert span.instrumentation_scope.name == "mcp_cancellation"
-    assert span.instrumentation_scope.version == __version__
-    assert dict(span.attributes or {}) == {
+    (parent,) = span_exporter.get_finished_spans()  # no span of the bridge's own
+    ((span, event),) = events([parent], otel.EVENT_CANCEL)
+    assert span.name == "notifications/cancelled"
+    assert dict(event.attributes or {}) == {
         "mcp_cancellation.request.id": "42",
         "mcp.method.name": "notifications/cancelled",
         "mcp_cancellation.source": "notification",
@@ -89,15 +91,18 @@ async def test_cancel_span_is_a_child_of_the_current_span(
 
 async def test_disconnect_and_library_cancellations(
     make_memory_registry: Any,
+    tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
     metric_reader: InMemoryMetricReader,
     instrumented: otel.OpenTelemetryBridge,
 ) -> None:
     registry: CancellationRegistry = make_memory_registry()
-    await registry.cancel("abc", None, "ip:192.0.2.1", method="disconnect")
-    await registry.cancel(7)
-    disconnect, library = by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)
-    assert disconnect.parent is None  # no current span: a root span
+    tracer = tracer_provider.get_tracer("server")
+    with tracer.start_as_current_span("POST /mcp (the cancelled request)"):
+        await registry.cancel("abc", None, "ip:192.0.2.1", method="disconnect")
+    with tracer.start_as_current_span("tools/call"):
+        await registry.cancel(7)
+    (_, disconnect), (_, library) = events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)
     assert dict(disconnect.attributes or {}) == {
         "mcp_cancellation.request.id": "abc",
         "mcp_cancellation.source": "disconnect",
@@ -110,10 +115,13 @@ async def test_disconnect_and_library_cancellations(
         "mcp_cancellation.scope_kind": "global",
         "mcp_cancellation.scope": "global",
     }
-    # The metric has the Prometheus labels only (the source is on the span).
+    # Outside any recording span: counted, and no trace at all.
+    await registry.cancel(8)
+    assert len(span_exporter.get_finished_spans()) == 2
+    # The metric has the Prometheus labels only (the source is on the event).
     assert points(metric_reader, "mcp_cancellation.cancelled") == {
         frozenset({("scope_kind", "ip")}): 1,
-        frozenset({("scope_kind", "global")}): 1,
+        frozenset({("scope_kind", "global")}): 2,
     }
     # Every label combination exists from the first collection, at 0.
     assert len(points(metric_reader, "mcp_cancellation.cancelled", zeros=True)) == 5
@@ -170,10 +178,12 @@ async def test_evictions_and_rejections(
     for _ in range(100):  # a flood outside any span: counted, no trace of its own
         with pytest.raises(InvalidRequestId):
             await registry.cancel(True, None, "ip:198.51.100.1")
-    await registry.cancel(1, None, "principal:carol")  # cap reached: evicts one session row
+    with tracer.start_as_current_span("POST /mcp (evicting)"):
+        await registry.cancel(1, None, "principal:carol")  # cap reached: evicts a session row
     spans = span_exporter.get_finished_spans()
     # Rejections are events on the current span, never spans.
     (request,) = by_name(spans, "POST /mcp")
+    (evicting,) = by_name(spans, "POST /mcp (evicting)")
     quota, invalid = request.events
     assert quota.name == invalid.name == otel.EVENT_REJECTED
     assert dict(quota.attributes or {}) == {
@@ -187,11 +197,11 @@ async def test_evictions_and_rejections(
         "mcp_cancellation.scope": "principal:carol",
     }
     assert request.status.status_code is StatusCode.UNSET  # the server decides its status
-    # Spans: the two cancellations recorded, the server's, one eviction; none per rejection.
-    assert sorted(span.name for span in spans) == sorted(
-        [otel.SPAN_CANCEL, otel.SPAN_CANCEL, "POST /mcp", otel.SPAN_CANCEL, otel.SPAN_EVICT]
-    )
-    (evict,) = by_name(spans, otel.SPAN_EVICT)
+    # The server's spans only: none per cancellation, eviction or rejection.
+    assert sorted(span.name for span in spans) == ["POST /mcp", "POST /mcp (evicting)"]
+    # The evicting insert's span: the eviction, then the cancellation it made room for.
+    evict, cancel = evicting.events
+    assert (evict.name, cancel.name) == (otel.EVENT_EVICT, otel.EVENT_CANCEL)
     assert dict(evict.attributes or {}) == {
         "mcp_cancellation.scope_kind": "session",
         "mcp_cancellation.scope": ScopeLabeler()(SESSION),
@@ -215,13 +225,10 @@ async def test_evictions_and_rejections(
         ): 1,
         frozenset({("scope_kind", "ip"), ("reason", "invalid_request_id")}): 100,
     }
-    assert all(
-        SESSION_ID not in str(v) for e in request.events for v in (e.attributes or {}).values()
-    )
-    for span in (s for s in spans if s is not request):  # the session id is never exported
-        assert span.name in otel.SPAN_NAMES
-        assert set(span.attributes or {}) <= otel.ATTRIBUTES
-        assert all(SESSION_ID not in str(v) for v in (span.attributes or {}).values())
+    for span in spans:  # the session id is never exported
+        for event in span.events:
+            assert set(event.attributes or {}) <= otel.ATTRIBUTES
+            assert all(SESSION_ID not in str(v) for v in (event.attributes or {}).values())
 
 
 async def test_instrument_is_idempotent_and_uninstrument_stops(
@@ -235,14 +242,17 @@ async def test_instrument_is_idempotent_and_uninstrument_stops(
     first = otel.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
     assert otel.instrument(tracer_provider=tracer_provider) is first
     assert otel.instrumented()
-    await registry.cancel(1)
-    assert len(by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)) == 1
+    tracer = tracer_provider.get_tracer("server")
+    with tracer.start_as_current_span("request"):
+        await registry.cancel(1)
+    assert len(events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)) == 1
     otel.uninstrument()
     otel.uninstrument()
     assert not otel.instrumented()
     assert len(signals.request_cancelled.receivers) == before
-    await registry.cancel(2)
-    assert len(by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)) == 1
+    with tracer.start_as_current_span("request"):
+        await registry.cancel(2)
+    assert len(events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)) == 1
     with pytest.raises(TypeError):
         otel.instrument(tracer_provider)  # type: ignore[arg-type]
 
@@ -261,14 +271,15 @@ async def test_instrument_one_registry_only(
     assert otel.instrument(watched) is bridge
     assert otel.instrumented(watched)
     assert not otel.instrumented(other)
-    await watched.cancel(1)
-    await other.cancel(2)
-    (span,) = by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)
-    assert (span.attributes or {})["mcp_cancellation.request.id"] == "1"
-    otel.uninstrument(watched)
-    assert not otel.instrumented(watched)
-    await watched.cancel(3)
-    assert len(span_exporter.get_finished_spans()) == 1
+    tracer = tracer_provider.get_tracer("server")
+    with tracer.start_as_current_span("request"):
+        await watched.cancel(1)
+        await other.cancel(2)
+        otel.uninstrument(watched)
+        assert not otel.instrumented(watched)
+        await watched.cancel(3)
+    ((_, event),) = events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)
+    assert (event.attributes or {})["mcp_cancellation.request.id"] == "1"
 
 
 async def test_hash_key_applies_to_span_attributes(
@@ -281,15 +292,15 @@ async def test_hash_key_applies_to_span_attributes(
     otel.instrument(
         registry, tracer_provider=tracer_provider, meter_provider=meter_provider, hash_key="k"
     )
-    await registry.cancel(1, None, SESSION)
-    (span,) = span_exporter.get_finished_spans()
-    scope = (span.attributes or {})["mcp_cancellation.scope"]
+    with tracer_provider.get_tracer("server").start_as_current_span("request"):
+        await registry.cancel(1, None, SESSION)
+    ((_, event),) = events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)
+    scope = (event.attributes or {})["mcp_cancellation.scope"]
     assert scope == ScopeLabeler("k")(SESSION) != ScopeLabeler()(SESSION)
 
 
-class _BrokenTracer:
-    def start_span(self, *args: object, **kwargs: object) -> Any:
-        raise RuntimeError("exporter exploded")
+def _broken_labeler(scope: str) -> str:
+    raise RuntimeError("exporter exploded")
 
 
 async def test_a_failing_receiver_never_breaks_cancel(
@@ -302,8 +313,9 @@ async def test_a_failing_receiver_never_breaks_cancel(
     bridge = otel.instrument(
         registry, tracer_provider=tracer_provider, meter_provider=meter_provider
     )
-    bridge.tracer = _BrokenTracer()  # type: ignore[assignment]
-    await registry.cancel(1, "stop", "ip:192.0.2.1")
+    bridge.labeler = _broken_labeler  # type: ignore[assignment]
+    with tracer_provider.get_tracer("server").start_as_current_span("request"):
+        await registry.cancel(1, "stop", "ip:192.0.2.1")
     assert await registry.is_cancelled(1, "ip:192.0.2.1")
     assert "exporter exploded" in caplog.text
 

@@ -74,6 +74,16 @@ class Receiver:
             for span in scope.spans
         }
 
+    def event_names(self) -> dict[str, set[str]]:
+        """Span name -> the names of the events on it."""
+        return {
+            span.name: {event.name for event in span.events}
+            for request in self.traces
+            for resource in request.resource_spans
+            for scope in resource.scope_spans
+            for span in scope.spans
+        }
+
     def metric_points(self) -> dict[str, set[frozenset[str]]]:
         """Metric name -> the attribute key sets of its points."""
         out: dict[str, set[frozenset[str]]] = {}
@@ -109,13 +119,15 @@ async def test_spans_and_metrics_arrive_over_otlp_http(receiver: Receiver) -> No
     meter_provider = MeterProvider(metric_readers=[reader])
     registry = CancellationRegistry(max_rows=3, max_rows_per_scope=2, janitor_interval=None)
     otel.instrument(registry, tracer_provider=tracer_provider, meter_provider=meter_provider)
+    server = tracer_provider.get_tracer("server")
     try:
-        await registry.cancel(1, "stop", "ip:192.0.2.1")
-        await registry.cancel(2, None, "ip:192.0.2.1")
-        with pytest.raises(CancellationLimitReached):
-            await registry.cancel(3, None, "ip:192.0.2.1")
-        await registry.cancel(1, None, "principal:alice")
-        await registry.cancel(2, None, "principal:alice")  # evicts
+        with server.start_as_current_span("POST /mcp"):  # as a server's request span
+            await registry.cancel(1, "stop", "ip:192.0.2.1")
+            await registry.cancel(2, None, "ip:192.0.2.1")
+            with pytest.raises(CancellationLimitReached):
+                await registry.cancel(3, None, "ip:192.0.2.1")
+            await registry.cancel(1, None, "principal:alice")
+            await registry.cancel(2, None, "principal:alice")  # evicts
         await registry.cleanup()  # a pass that removes nothing: the table keeps its rows
         assert tracer_provider.force_flush()
         assert meter_provider.force_flush()
@@ -126,7 +138,12 @@ async def test_spans_and_metrics_arrive_over_otlp_http(receiver: Receiver) -> No
         meter_provider.shutdown()
         await registry.aclose()
 
-    assert {otel.SPAN_CANCEL, otel.SPAN_EVICT, otel.SPAN_CLEANUP} <= receiver.span_names()
+    assert receiver.span_names() >= otel.SPAN_NAMES
+    assert receiver.event_names()["POST /mcp"] == {
+        otel.EVENT_CANCEL,
+        otel.EVENT_EVICT,
+        otel.EVENT_REJECTED,
+    }
     points = receiver.metric_points()
     # Every instrument arrived, each point with exactly the catalogue's labels.
     for name, (_, _, labels) in otel.METER_INSTRUMENTS.items():
