@@ -4,13 +4,14 @@ Run with ``./dev bench telemetry`` (or ``python benchmarks/telemetry.py``). Each
 printed beside a baseline measured in the same run; the ratio is the number to read.
 
 1. ``cancel()`` (memory storage, no limit reached) with no receiver connected, against the
-   same with the Prometheus bridge, the OpenTelemetry bridge (SDK providers, no exporter:
-   spans are built and ended, then dropped), and both;
+   same with the Prometheus bridge (goal: at most 1.5x), the OpenTelemetry bridge (SDK
+   providers, no request span: the counter only; goal: at most 3x), and both;
 2. a rejected ``cancel()`` (quota) with and without both bridges (the Prometheus bridge
    also feeds the heavy-hitters structure there);
-3. one scrape (``PrometheusBridge.render()``: await stats, collect, encode) with 10 000 rows
-   over 5 000 scopes, against a scrape of an empty registry and against the bare
-   ``stats_nowait()`` read; then the same after 100 000 distinct scopes were rejected.
+3. one scrape (``PrometheusBridge.render()``: await the summary, collect, encode) with
+   10 000 rows over 5 000 scopes, against a scrape of an empty registry and against the
+   bare ``summary_nowait()`` read; then the same after 100 000 distinct scopes were
+   rejected. (``benchmarks/scopes.py`` sweeps the number of scopes up to 1 000 000.)
 """
 
 from __future__ import annotations
@@ -103,9 +104,11 @@ def bench_cancel() -> None:
     print(f"1. cancel(), {N} calls over 250 scopes, memory storage")
     t = _measure(("none", "prometheus", "otel", "both"), "cancel")
     report("no bridge (baseline)", t["none"], t["none"])
-    report("Prometheus bridge", t["prometheus"], t["none"])
-    report("OpenTelemetry bridge", t["otel"], t["none"])
+    prometheus = report("Prometheus bridge", t["prometheus"], t["none"])
+    opentelemetry = report("OpenTelemetry bridge (no request span)", t["otel"], t["none"])
     report("both bridges", t["both"], t["none"])
+    check("cancel() with the Prometheus bridge <= 1.5x bare", prometheus <= 1.5)
+    check("cancel() with the OpenTelemetry bridge <= 3x bare", opentelemetry <= 3.0)
     print(f"2. rejected cancel() (quota), {N} distinct scopes")
     t = _measure(("none", "prometheus", "both"), "reject")
     report("no bridge (baseline)", t["none"], t["none"])
@@ -141,7 +144,7 @@ def bench_scrape() -> None:
             read = min(read, _stats_read(storage, 50))
             full = min(full, asyncio.run(_render(bridge, 50)))
     report("scrape of an empty registry (baseline)", base, base, "ms", 1e3)
-    report("stats_nowait() alone, 10 000 rows", read, base, "ms", 1e3)
+    report("summary_nowait(20) alone, 10 000 rows", read, base, "ms", 1e3)
     report("scrape, 10 000 rows / 5 000 scopes", full, base, "ms", 1e3)
     lines = body.count(b"\n")
     print(f"  exposition: {len(body)} bytes, {lines} lines")
@@ -157,7 +160,7 @@ def bench_scrape() -> None:
     flooded = best_of(ROUNDS, lambda: asyncio.run(_render(bridge, 50)))
     report("scrape after 100 000 rejected scopes", flooded, full, "ms", 1e3)
     print(f"  heavy hitters tracked: {len(bridge.hitters)} (capacity {bridge.hitters.capacity})")
-    check("a 10 000-row scrape takes under 50 ms", full < 0.05)
+    check("a 10 000-row scrape <= 2x an empty one", full <= 2 * base)
     bridge.uninstall()
     empty_bridge.uninstall()
 
@@ -165,7 +168,7 @@ def bench_scrape() -> None:
 def _stats_read(storage: MemoryStorage, n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
-        storage.stats_nowait()
+        storage.summary_nowait(20)
     return (time.perf_counter() - start) / n
 
 
