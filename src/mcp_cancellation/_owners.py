@@ -10,18 +10,25 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .token import RequestToken
 
 __all__ = ["Owner", "Owners", "TrackOwner", "current_owner_object"]
 
 
 class Owner:
     """A request owner. Held strongly, and only while it has rows in flight: a finished
-    task or a dead thread is then seen by :meth:`Owners.dead`."""
+    task or a dead thread is then seen by :meth:`Owners.dead`. ``token`` is the request's
+    token for a ``request()`` block (``None`` for a ``track()`` owner, which may hold
+    several)."""
 
-    __slots__ = ("id", "obj")
+    __slots__ = ("id", "obj", "token")
 
     id: str
     obj: object
+    token: RequestToken | None
 
     def alive(self) -> bool:
         obj = self.obj
@@ -42,6 +49,7 @@ class TrackOwner(Owner):
     def __init__(self, owner_id: str, obj: object) -> None:
         self.id = owner_id
         self.obj = obj
+        self.token = None
         self.keys: set[tuple[str, str]] = set()
 
 
@@ -110,6 +118,10 @@ class Owners:
                 self._live.pop(owner.id, None)
                 if self._of.get(id(owner.obj)) is owner:
                     del self._of[id(owner.obj)]
+
+    def tokens(self) -> list[RequestToken]:
+        """The tokens of the live ``request()`` blocks (a snapshot)."""
+        return [o.token for o in list(self._live.values()) if o.token is not None]
 
     def dead(self) -> list[Owner]:
         return [owner for owner in list(self._live.values()) if not owner.alive()]

@@ -11,6 +11,11 @@ A stateless Streamable HTTP server built with the ``mcp`` SDK's ``MCPServer``, b
 ``stubborn_sleep(seconds)``
     sleeps without ever polling: only the middleware's ``stream_cancel_timeout`` stops it
     once its client has gone;
+``ignores_cancellation(seconds)``
+    works for *seconds* and never checks for cancellation, on purpose: cancelled from
+    another request it keeps running, shows in ``mcp_cancellation_ignored_cancellations``
+    once ``cancel_grace`` has passed, and ends as ``completed`` (the tool the
+    ``MCPCancellationToolIgnoresCancellation`` alert is about);
 ``echo(text)``
     returns *text* at once (for benchmarks and smoke tests);
 ``whoami()``
@@ -45,7 +50,7 @@ with requires("mcp", "mcp-cancellation demo"):
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.transport_security import TransportSecuritySettings
 
-    from .integrations.mcp_sdk import cancellable
+    from .integrations.mcp_sdk import cancellable, tool_names
 
 __all__ = ["add_parser", "build_demo_app", "build_demo_server", "run"]
 
@@ -82,6 +87,12 @@ def build_demo_server(*, poll_interval: float = DEFAULT_POLL_INTERVAL) -> MCPSer
         """Sleep for `seconds` without ever checking for cancellation."""
         await anyio.sleep(max(0.0, min(float(seconds), 3600.0)))
         return f"slept {seconds} s"
+
+    @server.tool()
+    async def ignores_cancellation(seconds: float) -> str:
+        """Work for `seconds`, deliberately never checking for cancellation."""
+        await anyio.sleep(max(0.0, min(float(seconds), 3600.0)))
+        return f"worked {seconds} s and ignored any cancellation"
 
     @server.tool()
     async def echo(text: str) -> str:
@@ -159,6 +170,7 @@ def build_demo_app(
         trusted_proxies=trusted_proxies,
         stream_cancel_timeout=stream_cancel_timeout,
         transport_security=security,
+        tools=tool_names(server),
     )
     return _Router(middleware, _metrics_app(registry, top_k))
 
@@ -211,7 +223,8 @@ def _instructions(host: str, port: int, json_response: bool, *, metrics: bool = 
     return f"""
 mcp-cancellation demo: stateless Streamable HTTP MCP server ({mode})
   MCP endpoint  {url}
-{metrics_line}  tools         slow_count(seconds), stubborn_sleep(seconds), echo(text), whoami()
+{metrics_line}  tools         slow_count(seconds), stubborn_sleep(seconds),
+                ignores_cancellation(seconds), echo(text), whoami()
 
 1. Start a 30-second call (terminal A):
      curl -N {url} {headers} \\
@@ -266,6 +279,14 @@ def add_parser(subparsers: Any) -> None:
         help="cancel a disconnected request's work after this long (default 10)",
     )
     parser.add_argument(
+        "--cancel-grace",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="a cancelled request still running after this long ignores its cancellation "
+        "(mcp_cancellation_ignored_cancellations; default 5)",
+    )
+    parser.add_argument(
         "--redis",
         metavar="URL",
         default=None,
@@ -311,6 +332,8 @@ def run(args: argparse.Namespace) -> int:
         limits["max_rows"] = args.max_rows
     if args.max_rows_per_scope is not None:
         limits["max_rows_per_scope"] = args.max_rows_per_scope
+    if args.cancel_grace is not None:
+        limits["cancel_grace"] = args.cancel_grace
     try:
         registry = CancellationRegistry(_storage(args.redis, args.redis_prefix), **limits)
         app = build_demo_app(

@@ -28,6 +28,7 @@ from .errors import (
     CancellationLimitReached,
     ConfigurationError,
     InvalidRequestId,
+    RequestCancelled,
     StorageUnavailable,
 )
 from .reason import MAX_REASON_CHARS, sanitize_reason
@@ -76,6 +77,7 @@ class CancellationRegistry:
         ttl: float | _Unset | None = UNSET,
         janitor_interval: float | _Unset | None = UNSET,
         max_reason_chars: int = MAX_REASON_CHARS,
+        cancel_grace: float | _Unset = UNSET,
     ) -> None:
         self._limits = Limits(
             max_rows=int_limit("max_rows", max_rows, "MCP_CANCELLATION_MAX_ROWS", 10_000),
@@ -90,6 +92,10 @@ class CancellationRegistry:
         self._janitor_interval = seconds(
             "janitor_interval", janitor_interval, "MCP_CANCELLATION_JANITOR_INTERVAL", 60.0
         )
+        grace = seconds("cancel_grace", cancel_grace, "MCP_CANCELLATION_CANCEL_GRACE", 5.0)
+        if grace is None:
+            raise ConfigurationError("cancel_grace must be a number of seconds, not None")
+        self._cancel_grace = grace
         if isinstance(max_reason_chars, bool) or not isinstance(max_reason_chars, int):
             raise ConfigurationError(f"max_reason_chars must be an int, not {max_reason_chars!r}")
         self._max_reason_chars = max_reason_chars
@@ -132,6 +138,24 @@ class CancellationRegistry:
     @property
     def janitor_interval(self) -> float | None:
         return self._janitor_interval
+
+    @property
+    def cancel_grace(self) -> float:
+        """Seconds a cancelled request may keep running before it counts as ignoring its
+        cancellation (``ignored`` in ``request.stopped``, :meth:`ignoring`)."""
+        return self._cancel_grace
+
+    def ignoring(self, grace: float | None = None) -> list[RequestToken]:
+        """The ``request()`` blocks of this process still running more than *grace*
+        seconds (default :attr:`cancel_grace`) after their cancellation reached it: work
+        that ignores its cancellation. Costs one pass over this process's in-flight
+        requests."""
+        limit = time.monotonic() - (self._cancel_grace if grace is None else grace)
+        return [
+            token
+            for token in self._owners.tokens()
+            if token.cancelled and (token.cancelled_at or 0.0) < limit
+        ]
 
     def __repr__(self) -> str:
         return (
@@ -280,11 +304,15 @@ class CancellationRegistry:
             return False
         return await self._storage.is_tracked(scope, normalize_id(request_id))
 
-    def request(self, request_id: object, scope: str = "global") -> RequestContext:
+    def request(
+        self, request_id: object, scope: str = "global", *, tool: str | None = None
+    ) -> RequestContext:
         """``async with registry.request(id, scope) as token``: track the request for the
         block, make it the current request for :func:`~mcp_cancellation.cancelled`, then
-        untrack it and clear its cancellation whatever the outcome."""
-        return RequestContext(self, request_id, scope)
+        untrack it and clear its cancellation whatever the outcome. *tool* names the tool
+        it calls, as a metric label (see :attr:`RequestToken.tool`). If it was cancelled,
+        the block's exit sends ``request.stopped``."""
+        return RequestContext(self, request_id, scope, tool)
 
     # -- maintenance -------------------------------------------------------------------
 
@@ -375,20 +403,27 @@ class RequestContext(Owner):
     :attr:`~CancellationRegistry.storage` only.
     """
 
-    __slots__ = ("_key", "_owners", "_reset", "_scope", "_storage", "_token", "_tracked")
+    __slots__ = ("_key", "_owners", "_registry", "_reset", "_scope", "_storage", "_tracked")
 
-    def __init__(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
+    def __init__(
+        self,
+        registry: CancellationRegistry,
+        request_id: object,
+        scope: str,
+        tool: str | None = None,
+    ) -> None:
+        self._registry = registry
         self._owners = registry.owners
         self._storage = registry.storage
         self._scope = scope
         # Validate eagerly so a bad id fails before the block runs, writing nothing.
         self._key = None if request_id is None else normalize_id(request_id)
-        self._token = RequestToken(self._key or "", scope)
+        self.token: RequestToken = RequestToken(self._key or "", scope, tool)
         self._tracked = False
         self._reset: Token[RequestToken | None] | None = None
 
     async def __aenter__(self) -> RequestToken:
-        token = self._token
+        token = self.token
         key = self._key
         if key is not None:
             owners = self._owners
@@ -433,10 +468,31 @@ class RequestContext(Owner):
                 # Storages complete finish() even if this task is cancelled meanwhile (the
                 # very case cancellation produces), so rows never wait for the janitor.
                 await storage.finish(self._scope, self._key, self.id)
-        except StorageUnavailable as exc:
+        except StorageUnavailable as error:
             # Never turn a finished request into an error: the rows expire with the TTL
             # and the worker heartbeat instead.
-            logger.warning("could not release request rows: %s", exc)
+            logger.warning("could not release request rows: %s", error)
         finally:
             self._owners.leave(self.id)
             self.obj = None
+            if self.token.cancelled and signals.request_stopped.receivers:
+                self._stopped(exc)
+
+    def _stopped(self, exc: BaseException | None) -> None:
+        """Send ``request.stopped``: how the work of this cancelled request ended."""
+        token = self.token
+        outcome = token.outcome
+        if outcome is None:
+            cancelled = isinstance(exc, RequestCancelled | asyncio.CancelledError)
+            outcome = "stopped" if cancelled or token.observed else "completed"
+        elapsed = max(0.0, time.monotonic() - (token.cancelled_at or 0.0))
+        registry = self._registry
+        signals.request_stopped.send(
+            registry,
+            request_id=token.request_id,
+            scope=self._scope,
+            outcome=outcome,
+            seconds=elapsed,
+            tool=token.tool,
+            ignored=elapsed > registry.cancel_grace,
+        )

@@ -16,6 +16,13 @@ signal                     keyword arguments
 ``cancellation.evicted``   ``scope``, ``count``
 ``cancellation.rejected``  ``scope``, ``request_id`` (str | None), ``reason``
                            (``"quota"`` or ``"invalid_request_id"``)
+``request.stopped``        a cancelled request's handler ended: ``request_id``,
+                           ``scope``, ``outcome`` (``stopped``, ``killed`` or
+                           ``completed``), ``seconds`` (from the cancellation reaching
+                           this process to the end), ``tool`` (label-safe name or None),
+                           ``ignored`` (it ran longer than the registry's
+                           ``cancel_grace`` after the cancellation); sent once, by the
+                           process that ran the request
 ``storage.error``          ``operation`` (one of
                            :data:`~mcp_cancellation.storage.base.STORAGE_OPERATIONS`),
                            ``error`` (the exception); sender: the storage
@@ -34,6 +41,7 @@ __all__ = [
     "cancellation_rejected",
     "namespace",
     "request_cancelled",
+    "request_stopped",
     "storage_error",
 ]
 
@@ -50,6 +58,9 @@ def _signal(name: str, doc: str) -> Signal:
 
 
 request_cancelled = _signal("request.cancelled", "A cancellation was recorded.")
+request_stopped = _signal(
+    "request.stopped", "A cancelled request's handler ended (how, and how long after)."
+)
 cancellation_cleanup = _signal(
     "cancellation.cleanup", "A cleanup pass finished (possibly removing nothing)."
 )

@@ -5,11 +5,23 @@ from __future__ import annotations
 import time
 from contextvars import ContextVar
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final, Literal
 
 from .errors import RequestCancelled
 
-__all__ = ["RequestToken", "cancellation_error_type"]
+__all__ = ["OTHER_TOOL", "OUTCOMES", "Outcome", "RequestToken", "cancellation_error_type"]
+
+#: The ``tool`` label of a request that calls no tool the server registered (and of any
+#: request whose tool nobody named).
+OTHER_TOOL: Final = "other"
+
+#: How the work of a cancelled request ended (the ``outcome`` of ``request.stopped`` and
+#: of ``mcp_cancellation_cancel_to_stop_seconds``).
+Outcome = Literal["stopped", "killed", "completed"]
+#: Every :data:`Outcome`: ``stopped`` (it returned or raised because it was cancelled),
+#: ``killed`` (the middleware's ``stream_cancel_timeout`` kill), ``completed`` (it finished
+#: its work anyway).
+OUTCOMES: Final[tuple[Outcome, ...]] = ("stopped", "killed", "completed")
 
 #: The exception :meth:`RequestToken.raise_if_cancelled` raises in this context: a
 #: framework integration sets a subclass of :class:`~mcp_cancellation.RequestCancelled`
@@ -28,15 +40,28 @@ class RequestToken:
     request is recorded anywhere.
     """
 
-    __slots__ = ("_cancelled", "_cancelled_at", "_observed", "_reason", "request_id", "scope")
+    __slots__ = (
+        "_cancelled",
+        "_cancelled_at",
+        "_observed",
+        "_outcome",
+        "_reason",
+        "request_id",
+        "scope",
+        "tool",
+    )
 
-    def __init__(self, request_id: str, scope: str) -> None:
+    def __init__(self, request_id: str, scope: str, tool: str | None = None) -> None:
         self.request_id = request_id
         self.scope = scope
+        #: The tool this request calls, as a metric label (a registered tool's name, or
+        #: ``other``), or ``None`` when it is not a tool call or nobody said.
+        self.tool = tool
         self._cancelled = False
         self._reason: str | None = None
         self._cancelled_at = 0.0
         self._observed = False
+        self._outcome: Outcome | None = None
 
     if TYPE_CHECKING:
 
@@ -66,6 +91,21 @@ class RequestToken:
         returned true, or a ``raise_if_cancelled`` raised. (A direct read of
         :attr:`cancelled` is not counted: it stays a bare attribute read.)"""
         return self._observed
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How its work ended, as the integration that ran it saw it (see
+        :meth:`set_outcome`); ``None`` until one said."""
+        return self._outcome
+
+    def set_outcome(self, outcome: Outcome) -> None:
+        """Say how the work of this cancelled request ended, before its
+        ``registry.request()`` block exits (the middleware does: it alone knows a kill
+        or an answer). Without it the block's exit decides: ``stopped`` if it raised a
+        cancellation or tool code saw it (:attr:`observed`), else ``completed``."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome must be one of {OUTCOMES}, not {outcome!r}")
+        self._outcome = outcome
 
     def mark_observed(self) -> None:
         """Record that tool code saw the cancellation (see :attr:`observed`)."""

@@ -78,6 +78,10 @@ def test_panels_cover_the_issue() -> None:
         "Evictions per second by scope kind",
         "Rejections per second",
         "Cleanup removals per second",
+        "Cancel-to-stop latency",
+        "Cancel-to-stop by outcome",
+        "Tools that ignore cancellation",
+        "Ignored cancellations per minute by tool",
     } <= titles["overview.json"]
     assert {
         "Top scopes by rows",
@@ -104,6 +108,7 @@ def test_alert_rules_are_valid() -> None:
         "MCPCancellationEvictionsSustained",
         "MCPCancellationScopePinnedAtQuota",
         "MCPCancellationStorageDown",
+        "MCPCancellationToolIgnoresCancellation",
     }
 
 

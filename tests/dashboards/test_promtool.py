@@ -28,7 +28,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_check_rules() -> None:
     result = promtool("check", "rules", str(DASHBOARDS / "alerts.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 5 rules found" in result.stdout
+    assert "SUCCESS: 6 rules found" in result.stdout
 
 
 def test_rule_unit_tests() -> None:

@@ -109,6 +109,7 @@ def test_signals_module() -> None:
         "cancellation_rejected",
         "namespace",
         "request_cancelled",
+        "request_stopped",
         "storage_error",
     ]
 

@@ -27,6 +27,7 @@ from mcp_cancellation import (
 from mcp_cancellation.storage.redis import RedisStorage
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.prometheus import METRIC_NAMES, metrics_app
+from mcp_cancellation.telemetry.prometheus.catalogue import SERIES
 
 from ..dashboards._rules import load_dashboard, load_rules
 from ..dashboards._servers import PrometheusServer
@@ -47,7 +48,7 @@ def _series(result: list[dict[str, Any]]) -> dict[frozenset[tuple[str, str]], fl
 async def test_otel_exporter_matches_prometheus_client(redis_server: Any) -> None:
     storage = RedisStorage.from_url(redis_server.url, prefix="otel-vs-prometheus")
     registry = CancellationRegistry(
-        storage, max_rows=6, max_rows_per_scope=2, janitor_interval=None
+        storage, max_rows=6, max_rows_per_scope=2, janitor_interval=None, cancel_grace=0.05
     )
     prometheus_path = metrics_app(registry)
     exposition = CollectorRegistry()
@@ -79,13 +80,24 @@ async def test_otel_exporter_matches_prometheus_client(redis_server: Any) -> Non
         await registry.cancel(2, None, "session:S3cr3t")
         await registry.cancel(1, None)
         await registry.cancel(1, None, "ip:192.0.2.3")  # the seventh row: evicts one
+        # A cancelled request whose tool stopped, and one that ran past cancel_grace.
+        async with registry.request(10, "principal:carol", tool="slow") as token:
+            await registry.cancel_in_flight(10, None, "principal:carol")
+            await async_wait_until(lambda: token.cancelled, within=10)
+            token.mark_observed()
+        async with registry.request(11, "principal:carol", tool="stubborn") as token:
+            await registry.cancel_in_flight(11, None, "principal:carol")
+            await async_wait_until(lambda: token in registry.ignoring(), within=10)
         with (
             UvicornThread(prometheus_path) as a,
             UvicornThread(otel_path) as b,
             PrometheusServer([f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"]) as prometheus,
         ):
             instance = {"prometheus_client": f"127.0.0.1:{a.port}", "otel": f"127.0.0.1:{b.port}"}
-            async with registry.request(9, "principal:bob"):
+            async with registry.request(9, "principal:bob", tool="stubborn") as running:
+                # Still running past cancel_grace while Prometheus scrapes: the gauge.
+                await registry.cancel_in_flight(9, None, "principal:bob")
+                await async_wait_until(lambda: running in registry.ignoring(), within=10)
 
                 def query(expr: str, where: str) -> dict[frozenset[tuple[str, str]], float]:
                     expr = dashboards.substitute(expr, "10s", instance=where)
@@ -128,10 +140,11 @@ async def test_otel_exporter_matches_prometheus_client(redis_server: Any) -> Non
                 # ... and the same types, as Prometheus recorded them.
                 metadata = await asyncio.to_thread(prometheus.api, "metadata")
                 for name in METRIC_NAMES:
-                    family = name.removesuffix("_total")
+                    info = SERIES[name]
+                    family = info.name.removesuffix("_total")
                     kinds = {entry["type"] for entry in metadata.get(family, [])}
-                    kinds |= {entry["type"] for entry in metadata.get(name, [])}
-                    assert kinds == {"counter" if name.endswith("_total") else "gauge"}, name
+                    kinds |= {entry["type"] for entry in metadata.get(info.name, [])}
+                    assert kinds == {info.type}, name
 
                 # 2. Every dashboard query and alert expression reads the same.
                 queries = [

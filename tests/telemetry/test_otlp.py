@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from mcp_cancellation import CancellationLimitReached, CancellationRegistry
 from mcp_cancellation.telemetry import otel
 
-from ..support import wait_until
+from ..support import async_wait_until, wait_until
 
 
 class Receiver:
@@ -117,7 +117,9 @@ async def test_spans_and_metrics_arrive_over_otlp_http(receiver: Receiver) -> No
         OTLPMetricExporter(endpoint=f"{receiver.url}/v1/metrics"), export_interval_millis=3_600_000
     )
     meter_provider = MeterProvider(metric_readers=[reader])
-    registry = CancellationRegistry(max_rows=3, max_rows_per_scope=2, janitor_interval=None)
+    registry = CancellationRegistry(
+        max_rows=3, max_rows_per_scope=2, janitor_interval=None, cancel_grace=0.05
+    )
     otel.instrument(registry, tracer_provider=tracer_provider, meter_provider=meter_provider)
     server = tracer_provider.get_tracer("server")
     try:
@@ -128,6 +130,10 @@ async def test_spans_and_metrics_arrive_over_otlp_http(receiver: Receiver) -> No
                 await registry.cancel(3, None, "ip:192.0.2.1")
             await registry.cancel(1, None, "principal:alice")
             await registry.cancel(2, None, "principal:alice")  # evicts
+            # A request that runs past cancel_grace after its cancellation, then ends.
+            async with registry.request(7, "ip:192.0.2.9", tool="stubborn") as token:
+                await registry.cancel_in_flight(7, None, "ip:192.0.2.9")
+                await async_wait_until(lambda: token in registry.ignoring(), within=10)
         await registry.cleanup()  # a pass that removes nothing: the table keeps its rows
         assert tracer_provider.force_flush()
         assert meter_provider.force_flush()

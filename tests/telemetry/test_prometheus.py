@@ -26,10 +26,10 @@ from mcp_cancellation.scope import SCOPE_KINDS
 from mcp_cancellation.telemetry._labels import DEFAULT_HASH_KEY, HASH_KEY_ENV
 from mcp_cancellation.telemetry.prometheus import (
     METRIC_NAMES,
-    METRICS,
     PrometheusBridge,
     metrics_app,
 )
+from mcp_cancellation.telemetry.prometheus.catalogue import SERIES
 
 from ..support import UvicornThread, env
 from ._util import SESSION_ID, samples, series, value
@@ -287,6 +287,9 @@ async def test_exposition_matches_metric_names(make_memory_registry: Any) -> Non
     await registry.cancel(1, None, "ip:192.0.2.1")
     with pytest.raises(InvalidRequestId):
         await registry.cancel(1.5, None, "ip:192.0.2.1")
+    async with registry.request(2, "ip:192.0.2.1") as token:  # a cancelled request ends
+        await registry.cancel_in_flight(2, None, "ip:192.0.2.1")
+        assert token.cancelled
     body, _ = await app.bridge.render()
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     exported = set()
@@ -294,9 +297,10 @@ async def test_exposition_matches_metric_names(make_memory_registry: Any) -> Non
         for sample in family.samples:
             if not sample.name.endswith("_created"):
                 exported.add(sample.name)
-                info = METRICS[sample.name]
+                info = SERIES[sample.name]
                 assert family.type == info.type
-                assert set(sample.labels) == set(info.labels)
+                expected = set(info.labels) | ({"le"} if sample.name.endswith("_bucket") else set())
+                assert set(sample.labels) == expected
     assert exported == METRIC_NAMES
     parsed = samples(body.decode())
     assert value(parsed, P + "max_rows", storage=ST) == float("inf")  # disabled limits read +Inf

@@ -54,7 +54,7 @@ class Target:
 
 @dataclasses.dataclass(frozen=True)
 class Panel:
-    kind: str  # timeseries | stat | gauge | bargauge | table
+    kind: str  # timeseries | stat | gauge | bargauge | table | heatmap
     title: str
     description: str
     unit: str
@@ -331,6 +331,75 @@ OVERVIEW: tuple[Panel | Row, ...] = (
             ),
         ),
         no_value="0",
+    ),
+    Row("Does cancellation stop the work?"),
+    Panel(
+        "heatmap",
+        "Cancel-to-stop latency",
+        "Time from a cancellation reaching the process that runs the request to its handler "
+        "ending, all outcomes. A tool that polls cancelled() stops within one poll interval; "
+        "a band at stream_cancel_timeout is the kill of work whose client hung up; anything "
+        "later is work that ignored its cancellation.",
+        "s",
+        (
+            Target(
+                f"sum by (le) (rate({metric('cancel_to_stop_seconds_bucket')}[{RATE}]))",
+                "{{le}}",
+            ),
+        ),
+        no_value="No cancelled request ended",
+    ),
+    Panel(
+        "timeseries",
+        "Cancel-to-stop by outcome",
+        "The 95th percentile and the mean, by outcome. stopped: the tool stopped because it "
+        "was cancelled; killed: the stream_cancel_timeout kill after a disconnect; completed: "
+        "the tool finished its work anyway.",
+        "s",
+        (
+            Target(
+                "histogram_quantile(0.95, sum by (le, outcome) "
+                f"(rate({metric('cancel_to_stop_seconds_bucket')}[{RATE}])))",
+                "p95 {{outcome}}",
+            ),
+            Target(
+                f"sum by (outcome) (rate({metric('cancel_to_stop_seconds_sum')}[{RATE}])) "
+                f"/ sum by (outcome) (rate({metric('cancel_to_stop_seconds_count')}[{RATE}]))",
+                "mean {{outcome}}",
+            ),
+        ),
+        no_value="No cancelled request ended",
+    ),
+    Panel(
+        "bargauge",
+        "Tools that ignore cancellation",
+        "Requests still running more than cancel_grace (default 5 s) after their "
+        "cancellation, by tool, right now. The tool keeps burning CPU and tokens for a "
+        "caller that gave up: make it poll cancelled(). Only registered tool names appear; "
+        "anything else is other.",
+        "short",
+        (
+            Target(
+                f"sort_desc(sum by (tool) ({metric('ignored_cancellations')}) > 0)",
+                "{{tool}}",
+                True,
+            ),
+        ),
+        thresholds=(("green", None), ("orange", 1)),
+        no_value="None",
+    ),
+    Panel(
+        "timeseries",
+        "Ignored cancellations per minute by tool",
+        "Cancelled requests that ran past cancel_grace, counted when they ended, by tool.",
+        "short",
+        (
+            Target(
+                f"sum by (tool) (rate({metric('cancellations_ignored_total')}[{RATE}])) * 60",
+                "{{tool}}",
+            ),
+        ),
+        no_value="None",
     ),
 )
 

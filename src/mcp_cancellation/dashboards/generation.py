@@ -101,6 +101,8 @@ def _panel_json(
         }
         if panel.kind == "table":
             query["format"] = "table"
+        elif panel.kind == "heatmap":
+            query["format"] = "heatmap"
         targets.append(query)
     defaults: dict[str, Any] = {
         "unit": panel.unit,
@@ -137,6 +139,16 @@ def _panel_json(
         }
     elif panel.kind == "table":
         options = {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}}
+    elif panel.kind == "heatmap":
+        # The buckets are already counted (a Prometheus histogram): no calculation.
+        options = {
+            "calculate": False,
+            "yAxis": {"unit": panel.unit, "axisPlacement": "left"},
+            "color": {"mode": "scheme", "scheme": "Oranges", "exponent": 0.5},
+            "cellGap": 1,
+            "tooltip": {"show": True, "yHistogram": True},
+            "legend": {"show": True},
+        }
     else:
         reduce = {"calcs": ["lastNotNull"], "fields": "", "values": False}
         options = {"reduceOptions": reduce, "orientation": "auto"}

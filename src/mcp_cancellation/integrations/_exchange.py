@@ -12,7 +12,7 @@ from .. import signals
 from .._asgi import Message, Receive, Scope, Send
 from ..errors import REQUEST_CANCELLED
 from ..scope import scope_kind
-from ..token import RequestToken
+from ..token import Outcome, RequestToken
 
 if TYPE_CHECKING:
     from .asgi import CancellationMiddleware
@@ -136,16 +136,18 @@ class Exchange:
                 self._log_end()
 
     def _log_end(self) -> None:
-        """The one log line of a cancelled request: who, why, and how its work ended."""
+        """The one log line of a cancelled request: who, why, and how its work ended;
+        the outcome also goes on the token, for ``request.stopped``."""
         token = self.token
         if self.killed:
-            outcome = "killed"
+            outcome: Outcome = "killed"
         elif self.answer == "result" and not token.observed:
-            outcome = "completed anyway"
+            outcome = "completed"
         else:
             # It answered -32800, its tool saw the cancellation, or its handler ended
             # without an answer (the SDK cancels it when an SSE stream closes).
             outcome = "stopped"
+        token.set_outcome(outcome)
         at = token.cancelled_at
         after = (
             "" if at is None else f" {max(0.0, time.monotonic() - at):.2f} s after the cancellation"
@@ -155,7 +157,7 @@ class Exchange:
             token.request_id,
             scope_kind(self.caller),
             token.reason,
-            outcome,
+            "completed anyway" if outcome == "completed" else outcome,
             after,
         )
 

@@ -67,6 +67,10 @@ class Message:
 _OTHER: Final = Message("other")
 
 
+#: The method whose ``params.name`` is the tool a request calls.
+TOOLS_CALL_METHOD = "tools/call"
+
+
 def classify(body: bytes) -> Message:
     """Classify a POST body; never raises."""
     if not body or body.lstrip()[:1] != b"{":  # not an object: a batch, garbage, empty
@@ -83,7 +87,8 @@ def classify(body: bytes) -> Message:
     if "id" in decoded:
         if method == "initialize":
             return _OTHER
-        return Message("request", decoded["id"], None, method)
+        params = decoded.get("params") if method == TOOLS_CALL_METHOD else None
+        return Message("request", decoded["id"], params, method)
     if method == CANCELLED_METHOD:
         return Message("cancel", None, decoded.get("params"), method)
     return _OTHER

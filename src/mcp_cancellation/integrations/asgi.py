@@ -17,16 +17,20 @@ byte for byte for the inner app, and:
 * passes everything else through untouched, and never buffers a response.
 
 The caller's scope is :func:`~mcp_cancellation.scope_of` of the ASGI scope, after an
-optional ``session_resolver`` put a server-validated session id in it.
+optional ``session_resolver`` put a server-validated session id in it. A ``tools/call``
+carries its tool's name on the token (:attr:`~mcp_cancellation.RequestToken.tool`, the
+``tool`` metric label) when *tools* lists it, else ``other``.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import ipaddress
 import logging
 import math
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._asgi import ASGIApp, Message, Receive, Scope, Send, header
@@ -39,6 +43,7 @@ from ..errors import (
 )
 from ..registry import CancellationRegistry
 from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of
+from ..token import OTHER_TOOL
 
 if TYPE_CHECKING:
     from mcp.server.transport_security import (
@@ -51,6 +56,9 @@ from ._exchange import DISCONNECT_REASON, Exchange, replay
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DISCONNECT_REASON",
+    "OTHER_TOOL",
+    "TOOLS_REFRESH_SECONDS",
+    "ToolNames",
     "ASGIApp",
     "CancellationMiddleware",
     "Message",
@@ -64,6 +72,11 @@ logger = logging.getLogger("mcp_cancellation.asgi")
 
 #: Same default as the SDK's ``max_request_body_size`` (4 MiB).
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
+#: How often a ``tools`` callable is asked again for the server's tool names.
+TOOLS_REFRESH_SECONDS = 5.0
+#: What ``tools=`` accepts: the names, or a callable (sync or async) that lists them, such
+#: as ``integrations.mcp_sdk.tool_names(server)``.
+ToolNames = Iterable[str] | Callable[[], Iterable[str] | Awaitable[Iterable[str]]]
 _QUOTA_MESSAGE = "Too many outstanding cancellations; try again shortly."
 _STORAGE_MESSAGE = "Cancellation storage unavailable; try again shortly."
 
@@ -99,6 +112,7 @@ class CancellationMiddleware:
         session_resolver: Callable[[Scope], str | None] | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         transport_security: TransportSecuritySettings | None = None,
+        tools: ToolNames | None = None,
     ) -> None:
         if not isinstance(path, str) or not path.startswith("/"):
             raise ConfigurationError(f"path must start with '/', not {path!r}")
@@ -125,6 +139,15 @@ class CancellationMiddleware:
             raise ConfigurationError(f"max_body_bytes must be positive, not {max_body_bytes}")
         if session_resolver is not None and not callable(session_resolver):
             raise ConfigurationError("session_resolver must be callable")
+        self._tool_source: Callable[[], Any] | None = None
+        self._tool_names: frozenset[str] = frozenset()
+        self._tools_read_at = -math.inf
+        if callable(tools):
+            self._tool_source = tools
+        elif tools is not None:
+            if isinstance(tools, str) or not all(isinstance(t, str) for t in tools):
+                raise ConfigurationError("tools must be tool names, or a callable listing them")
+            self._tool_names = frozenset(tools)
         self.app = app
         self._owns_registry = registry is None
         self.registry = registry if registry is not None else CancellationRegistry()
@@ -339,14 +362,39 @@ class CancellationMiddleware:
         self, scope: Scope, receive: Receive, send: Send, body: bytes, parsed: _jsonrpc.Message
     ) -> None:
         caller = self.caller_scope(scope)
+        tool = None
+        if parsed.method == _jsonrpc.TOOLS_CALL_METHOD:
+            tool = await self._tool_label(parsed.params)
         try:
-            context = self.registry.request(parsed.request_id, caller)
+            context = self.registry.request(parsed.request_id, caller, tool=tool)
         except InvalidRequestId:
             # Not an id the SDK accepts either: let it answer the error.
             await self.app(scope, replay(body, None, receive), send)
             return
         async with context as token:
             await Exchange(self, scope, receive, send, body, token, caller).run()
+
+    async def _tool_label(self, params: object) -> str:
+        """The ``tool`` label of a ``tools/call``: its name if the server registered it,
+        else ``other`` (a client must not mint label values with made-up names)."""
+        if (
+            self._tool_source is not None
+            and time.monotonic() - self._tools_read_at > TOOLS_REFRESH_SECONDS
+        ):
+            await self._read_tools()
+        name = params.get("name") if isinstance(params, dict) else None
+        return name if isinstance(name, str) and name in self._tool_names else OTHER_TOOL
+
+    async def _read_tools(self) -> None:
+        assert self._tool_source is not None
+        self._tools_read_at = time.monotonic()
+        try:
+            listed = self._tool_source()
+            if inspect.isawaitable(listed):
+                listed = await listed
+            self._tool_names = frozenset(str(name) for name in listed)
+        except Exception:
+            logger.exception("listing the server's tools failed (tool labels stay as they were)")
 
 
 def _route_path(scope: Scope) -> str | None:

@@ -19,6 +19,7 @@ when the request ends (see the guide).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._extras import requires
@@ -35,7 +36,7 @@ with requires("fastmcp", "mcp_cancellation.integrations.fastmcp"):
 if TYPE_CHECKING:
     from fastmcp.server.middleware import MiddlewareContext
 
-__all__ = ["FastMCPRequestCancelled", "fastmcp_middleware"]
+__all__ = ["FastMCPRequestCancelled", "fastmcp_middleware", "tool_names"]
 
 
 class FastMCPRequestCancelled(RequestCancelled, FastMCPError):
@@ -88,3 +89,13 @@ def fastmcp_middleware() -> FastMCPCancellation:
     ``FastMCP("name", middleware=[fastmcp_middleware()])`` (or ``mcp.add_middleware``).
     """
     return FastMCPCancellation()
+
+
+def tool_names(server: Any) -> Callable[[], Awaitable[list[str]]]:
+    """The names of the tools a ``FastMCP`` server has registered (its own listing, without
+    its middleware), for ``CancellationMiddleware(tools=tool_names(server))``."""
+
+    async def names() -> list[str]:
+        return [tool.name for tool in await server.list_tools(run_middleware=False)]
+
+    return names

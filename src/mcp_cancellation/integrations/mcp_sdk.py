@@ -38,6 +38,7 @@ __all__ = [
     "current_reason",
     "is_error_result",
     "request_cancelled",
+    "tool_names",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -132,3 +133,14 @@ class CancellationServerMiddleware:
         ):
             raise cancelled_error(current_reason())
         return result
+
+
+def tool_names(server: Any) -> Callable[[], Awaitable[list[str]]]:
+    """The names of the tools an ``MCPServer`` has registered, for
+    ``CancellationMiddleware(tools=tool_names(server))``: only these become values of the
+    ``tool`` label, so a client cannot mint series by calling made-up names."""
+
+    async def names() -> list[str]:
+        return [tool.name for tool in await server.list_tools()]
+
+    return names

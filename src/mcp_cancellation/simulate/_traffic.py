@@ -257,6 +257,25 @@ class Simulation:
                 task.cancel()  # closing the stream cancels the call on the server too
             await asyncio.gather(*calls.values(), return_exceptions=True)
 
+    async def ignorer(self, client: httpx.AsyncClient, index: int) -> None:
+        """Call a tool that ignores cancellation, cancel the call from another POST half a
+        second later, and wait for it to end anyway (it completes): the server shows it in
+        ``ignored_cancellations`` after its grace period, by tool."""
+        address = f"192.0.2.{100 + index}"
+        seconds = self.config.ignorer_call_seconds
+        for request_id in itertools.count(1):
+            call = asyncio.create_task(
+                self.call(client, address, request_id, self.config.ignorer_tool, seconds)
+            )
+            if not await self.budget.sleep(0.5):
+                await _finish(call)
+                return
+            await self.cancel(client, address, request_id)
+            self.stats.ignored_calls += 1
+            await _finish(call, stop=self.budget.stop)
+            if self.budget.stop.is_set():
+                return
+
     async def flood(self, client: httpx.AsyncClient) -> None:
         """``notifications/cancelled`` for ids 1..N from many addresses, at a fixed rate."""
         if self.config.flood_rate <= 0 or self.config.flood_addresses == 0:
@@ -291,9 +310,10 @@ class Simulation:
         await asyncio.gather(*pending, return_exceptions=True)
 
     async def run(self, on_progress: Callable[[SimulationStats, float], None] | None) -> None:
-        timeout = httpx.Timeout(
-            max(self.config.call_seconds, self.config.hog_call_seconds) + 15, connect=5
+        longest = max(
+            self.config.call_seconds, self.config.hog_call_seconds, self.config.ignorer_call_seconds
         )
+        timeout = httpx.Timeout(longest + 15, connect=5)
 
         def client(connections: int) -> httpx.AsyncClient:
             # One small pool per caller: httpx scans its whole pool on every request.
@@ -311,6 +331,9 @@ class Simulation:
             for i in range(self.config.hogs):
                 c = await stack.enter_async_context(client(self.hog_calls + 16))
                 tasks.append(asyncio.create_task(self.hog(c, i)))
+            for i in range(self.config.ignorers):
+                c = await stack.enter_async_context(client(4))
+                tasks.append(asyncio.create_task(self.ignorer(c, i)))
             c = await stack.enter_async_context(client(_FLOOD_CONNECTIONS))
             tasks.append(asyncio.create_task(self.flood(c)))
             try:

@@ -146,6 +146,20 @@ def add_parser(subparsers: Any) -> None:
     )
     arg("--hog-tool", default=defaults.hog_tool, help="a tool that ignores cancellation polls")
     arg("--hog-call-seconds", type=float, default=defaults.hog_call_seconds, help="its length")
+    arg(
+        "--ignorers",
+        type=int,
+        default=defaults.ignorers,
+        help="clients calling a tool that ignores cancellation, and cancelling it "
+        "(default %(default)s)",
+    )
+    arg("--ignorer-tool", default=defaults.ignorer_tool, help="the tool they call")
+    arg(
+        "--ignorer-call-seconds",
+        type=float,
+        default=defaults.ignorer_call_seconds,
+        help="its length (default %(default)s)",
+    )
     arg("--seed", type=int, default=None, help="random seed, for repeatable runs")
     arg("--json", action="store_true", help="print the final counts as JSON on stdout")
     arg("--no-progress", action="store_true", help="no progress bar")
@@ -168,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
             hog_calls=args.hog_calls,
             hog_tool=args.hog_tool,
             hog_call_seconds=args.hog_call_seconds,
+            ignorers=args.ignorers,
+            ignorer_tool=args.ignorer_tool,
+            ignorer_call_seconds=args.ignorer_call_seconds,
             seed=args.seed,
         )
     except ValueError as exc:

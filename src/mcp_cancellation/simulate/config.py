@@ -33,6 +33,11 @@ class SimulationConfig:
     hog_tool: str = "stubborn_sleep"
     hog_call_seconds: float = 20.0
     hog_interval: float = 0.5
+    #: clients whose every call goes to a tool that ignores cancellation, cancelled from
+    #: another POST soon after it started: the calls run to their end anyway
+    ignorers: int = 0
+    ignorer_tool: str = "ignores_cancellation"
+    ignorer_call_seconds: float = 15.0
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -41,12 +46,17 @@ class SimulationConfig:
             raise ValueError("duration must be in (0, 3600] seconds")
         if self.max_requests < 1:
             raise ValueError("max_requests must be at least 1")
-        for name in ("clients", "flood_addresses", "hogs", "hog_calls", "flood_max_id"):
+        for name in ("clients", "flood_addresses", "hogs", "hog_calls", "flood_max_id", "ignorers"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         if not 0 <= self.cancel_share <= 1 or not 0 <= self.flood_invalid_share <= 1:
             raise ValueError("shares must be between 0 and 1")
-        if self.flood_rate < 0 or self.call_seconds <= 0 or self.hog_call_seconds <= 0:
+        if (
+            self.flood_rate < 0
+            or self.call_seconds <= 0
+            or self.hog_call_seconds <= 0
+            or self.ignorer_call_seconds <= 0
+        ):
             raise ValueError("rates and call durations must be positive")
         if self.hog_interval <= 0:
             raise ValueError("hog_interval must be positive")
@@ -68,6 +78,7 @@ class SimulationStats:
     flood_sent: int = 0
     flood_ignored: int = 0
     hog_calls: int = 0
+    ignored_calls: int = 0
     transport_errors: int = 0
     http_errors: int = 0
     elapsed: float = 0.0

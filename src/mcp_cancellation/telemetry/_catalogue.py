@@ -14,10 +14,13 @@ from typing import Final
 
 __all__ = [
     "ALL",
+    "CANCEL_TO_STOP_BUCKETS",
     "METRICS",
     "METRIC_NAMES",
+    "OUTCOMES",
     "PREFIX",
     "REJECT_REASONS",
+    "SERIES",
     "TABLES",
     "TABLE_STATE",
     "MetricInfo",
@@ -113,6 +116,28 @@ ALL: tuple[MetricInfo, ...] = (
         "1 while this process's storage answers, 0 while it does not.",
     ),
     MetricInfo(
+        PREFIX + "cancel_to_stop_seconds",
+        "histogram",
+        ("scope_kind", "outcome"),
+        "Seconds from a cancellation reaching the process that runs the request to its "
+        "handler ending; outcome is stopped (it stopped because it was cancelled), killed "
+        "(the stream_cancel_timeout kill) or completed (it finished its work anyway).",
+    ),
+    MetricInfo(
+        PREFIX + "cancellations_ignored_total",
+        "counter",
+        ("tool",),
+        "Cancelled requests that ran longer than cancel_grace after their cancellation, "
+        "counted when they end, by tool (registered names, else other).",
+    ),
+    MetricInfo(
+        PREFIX + "ignored_cancellations",
+        "gauge",
+        ("tool",),
+        "Requests of this process still running more than cancel_grace after their "
+        "cancellation, by tool (registered names, else other).",
+    ),
+    MetricInfo(
         PREFIX + "scope_rejections",
         "gauge",
         ("scope", "reason"),
@@ -122,15 +147,51 @@ ALL: tuple[MetricInfo, ...] = (
     ),
 )
 
-#: Every exported metric, by the name used in PromQL (counters with their ``_total``).
+#: Every exported metric by its catalogue name (counters with their ``_total``; a
+#: histogram by its base name).
 METRICS: Final[Mapping[str, MetricInfo]] = {m.name: m for m in ALL}
-#: The set of exported metric names, for validating dashboards and alert rules.
-METRIC_NAMES: Final[frozenset[str]] = frozenset(METRICS)
+#: Every series name PromQL can use, and its metric: a histogram's ``_bucket``, ``_sum``
+#: and ``_count``, every other metric's own name.
+SERIES: Final[Mapping[str, MetricInfo]] = {
+    name: m
+    for m in ALL
+    for name in (
+        [m.name + suffix for suffix in ("_bucket", "_sum", "_count")]
+        if m.type == "histogram"
+        else [m.name]
+    )
+}
+#: The set of exported series names, for validating dashboards and alert rules.
+METRIC_NAMES: Final[frozenset[str]] = frozenset(SERIES)
 
 #: Values of the ``table`` label of ``cleanup_removed_total``.
 TABLES: Final = ("cancellations", "in_flight")
 #: Values of the ``reason`` label of ``rejected_total``.
 REJECT_REASONS: Final = ("quota", "invalid_request_id")
+#: Values of the ``outcome`` label of ``cancel_to_stop_seconds`` (as in
+#: :data:`mcp_cancellation.token.OUTCOMES`).
+OUTCOMES: Final = ("stopped", "killed", "completed")
+#: Bucket bounds (seconds) of ``cancel_to_stop_seconds``: a polling tool stops within
+#: tens of milliseconds, a kill comes after ``stream_cancel_timeout`` (10 s by default),
+#: and work that ignores its cancellation may run for minutes.
+CANCEL_TO_STOP_BUCKETS: Final = (
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
 #: The gauges that describe the (possibly shared) table, labelled with ``storage``.
 TABLE_STATE: Final = frozenset(
     PREFIX + n for n in ("rows", "in_flight", "max_rows", "max_rows_per_scope", "scope_rows")
@@ -139,6 +200,7 @@ TABLE_STATE: Final = frozenset(
 
 def otel_name(prometheus_name: str) -> str:
     """The OpenTelemetry instrument name whose Prometheus translation is *prometheus_name*
-    (``mcp_cancellation_cancelled_total`` -> ``mcp_cancellation.cancelled``)."""
-    name = prometheus_name.removesuffix("_total")
+    (``mcp_cancellation_cancelled_total`` -> ``mcp_cancellation.cancelled``; the exporter
+    adds ``_total`` to counters and ``_seconds`` to instruments whose unit is ``s``)."""
+    name = prometheus_name.removesuffix("_total").removesuffix("_seconds")
     return "mcp_cancellation." + name.removeprefix(PREFIX)

@@ -10,16 +10,21 @@ export the same series.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..scope import SCOPE_KINDS
 from ..storage.base import TableSummary
+from ..token import OTHER_TOOL
 from ._catalogue import PREFIX
 from ._heavy_hitters import HeavyHitter
 from ._labels import ScopeLabeler
 
-__all__ = ["ITEM_SEPARATOR", "GaugeValues", "TableState", "gauge_values"]
+if TYPE_CHECKING:
+    from ..registry import CancellationRegistry
+
+__all__ = ["ITEM_SEPARATOR", "GaugeValues", "TableState", "gauge_values", "ignored_by_tool"]
 
 #: Joins a rejection's reason and scope label into one heavy-hitters item.
 ITEM_SEPARATOR = "\x1f"
@@ -44,6 +49,19 @@ class TableState:
     rejections: Sequence[HeavyHitter]
     top_k: int
     labeler: ScopeLabeler
+    #: Requests of this process running past ``cancel_grace`` after their cancellation,
+    #: by tool label.
+    ignored: Mapping[str, int] = field(default_factory=dict)
+
+
+def ignored_by_tool(registry: CancellationRegistry) -> dict[str, int]:
+    """:meth:`CancellationRegistry.ignoring`, counted by tool label (``other`` always
+    present, so the series exists at 0)."""
+    counts = {OTHER_TOOL: 0}
+    for token in registry.ignoring():
+        tool = token.tool or OTHER_TOOL
+        counts[tool] = counts.get(tool, 0) + 1
+    return counts
 
 
 def _limit(value: int | None) -> float:
@@ -63,6 +81,7 @@ def gauge_values(state: TableState) -> Iterator[GaugeValues]:
         reason, _, label = entry.item.partition(ITEM_SEPARATOR)
         points.append(((label, reason), float(entry.estimate)))
     yield PREFIX + "scope_rejections", points
+    yield PREFIX + "ignored_cancellations", [((t,), float(n)) for t, n in state.ignored.items()]
 
 
 def _row_gauges(

@@ -61,12 +61,22 @@ from ..__about__ import __version__
 from .._extras import requires
 from ..scope import SCOPE_KINDS, scope_kind
 from ..storage.base import STORAGE_OPERATIONS, Storage
+from ..token import OTHER_TOOL
 from ._bridge import Bridge, Receivers, Setups
-from ._catalogue import ALL, METRICS, PREFIX, REJECT_REASONS, TABLES, otel_name
+from ._catalogue import (
+    ALL,
+    CANCEL_TO_STOP_BUCKETS,
+    METRICS,
+    OUTCOMES,
+    PREFIX,
+    REJECT_REASONS,
+    TABLES,
+    otel_name,
+)
 from ._guard import never_raise
 from ._labels import ScopeLabeler, resolve_key
 from ._rejections import Rejections
-from ._table_state import TableState, gauge_values
+from ._table_state import TableState, gauge_values, ignored_by_tool
 
 with requires("otel", "The OpenTelemetry bridge (mcp_cancellation.telemetry.otel)"):
     from opentelemetry import metrics, trace
@@ -143,6 +153,9 @@ _UNITS: Final = {
     "scope_rows": "{row}",
     "storage_up": "",
     "scope_rejections": "{cancellation}",
+    "cancel_to_stop_seconds": "s",
+    "cancellations_ignored_total": "{request}",
+    "ignored_cancellations": "{request}",
 }
 #: Bucket boundaries (seconds) of the cleanup-duration histogram.
 CLEANUP_BUCKETS: Final = (
@@ -171,6 +184,12 @@ METER_INSTRUMENTS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 METER_INSTRUMENTS[_DURATION] = ("histogram", "s", ())
 
 _NOTIFICATION = "notifications/cancelled"
+#: The histogram's attribute mappings, built once.
+_STOP_ATTRIBUTES: Final = {
+    (kind, outcome): {"scope_kind": kind, "outcome": outcome}
+    for kind in SCOPE_KINDS
+    for outcome in OUTCOMES
+}
 #: How long one collection's table state is reused by the other gauges' callbacks.
 _STATE_REUSE = 0.5
 
@@ -232,6 +251,14 @@ class _Instruments:
         self.cancelled = tally("cancelled", ((k,) for k in SCOPE_KINDS))
         self.rejected = tally("rejected", ((k, r) for k in SCOPE_KINDS for r in REJECT_REASONS))
         self.evicted = tally("evicted", ((k,) for k in SCOPE_KINDS))
+        self.ignored = tally("cancellations_ignored", [(OTHER_TOOL,)])
+        stop = METRICS[PREFIX + "cancel_to_stop_seconds"]
+        self.stop = meter.create_histogram(
+            otel_name(stop.name),
+            "s",
+            stop.help,
+            explicit_bucket_boundaries_advisory=list(CANCEL_TO_STOP_BUCKETS),
+        )
         self.removed = counter("cleanup_removed")
         self.storage_errors = counter("storage_errors")
         self.duration = meter.create_histogram(
@@ -294,6 +321,7 @@ class OpenTelemetryBridge(Bridge):
     def _receivers(self) -> Receivers:
         return [
             (signals.request_cancelled, self._on_cancelled),
+            (signals.request_stopped, self._on_stopped),
             (signals.cancellation_cleanup, self._on_cleanup),
             (signals.cancellation_evicted, self._on_evicted),
             (signals.cancellation_rejected, self._on_rejected),
@@ -340,6 +368,7 @@ class OpenTelemetryBridge(Bridge):
                 rejections=self.rejections.select(),
                 top_k=self.top_k,
                 labeler=self.labeler,
+                ignored=ignored_by_tool(registry),
             )
             self._state = (now, state)
             return state
@@ -375,6 +404,28 @@ class OpenTelemetryBridge(Bridge):
                 attributes[REASON] = reason
             span.add_event(EVENT_CANCEL, attributes)
         self._instruments.cancelled.add((kind,))
+
+    @never_raise
+    def _on_stopped(
+        self,
+        sender: object,
+        *,
+        scope: str,
+        outcome: str,
+        seconds: float,
+        tool: str | None,
+        ignored: bool,
+        **_: object,
+    ) -> None:
+        if self._elsewhere(sender):
+            return
+        kind = scope_kind(scope)
+        attributes = _STOP_ATTRIBUTES.get((kind, outcome))
+        if attributes is None:
+            attributes = {"scope_kind": kind, "outcome": outcome}
+        self._instruments.stop.record(seconds, attributes)
+        if ignored:
+            self._instruments.ignored.add((tool or OTHER_TOOL,))
 
     @never_raise
     def _on_cleanup(

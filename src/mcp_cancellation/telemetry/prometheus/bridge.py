@@ -15,17 +15,20 @@ from ..._extras import requires
 from ...errors import ConfigurationError
 from ...scope import SCOPE_KINDS, scope_kind
 from ...storage.base import STORAGE_OPERATIONS, TableSummary
+from ...token import OTHER_TOOL
 from .._bridge import Bridge, Receivers
 from .._guard import never_raise
 from .._labels import ScopeLabeler
 from .._rejections import REJECTIONS_WINDOW, Rejections
-from .catalogue import METRICS, PREFIX, REJECT_REASONS, TABLES
+from .._table_state import ignored_by_tool
+from .catalogue import CANCEL_TO_STOP_BUCKETS, METRICS, OUTCOMES, PREFIX, REJECT_REASONS, TABLES
 from .collector import GaugeState, StateCollector
 from .multiprocess import MULTIPROC_ENV, HitterFiles, check_multiprocess
 
 with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):
-    from prometheus_client import REGISTRY, CollectorRegistry, Counter
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
     from prometheus_client.exposition import choose_encoder
+    from prometheus_client.metrics import MetricWrapperBase
     from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -102,12 +105,15 @@ class PrometheusBridge(Bridge):
         self._files = HitterFiles(directory, self.hitters) if directory else None
         self._collector = StateCollector(self)
         self._snapshot: TableSummary | None = None
-        self._counters: list[Counter] = []
+        self._counters: list[MetricWrapperBase] = []
         self._cancelled: dict[str, Counter] = {}
         self._rejected: dict[tuple[str, str], Counter] = {}
         self._evicted: dict[str, Counter] = {}
         self._cleanup: dict[str, Counter] = {}
         self._storage_errors: dict[str, Counter] = {}
+        self._stop_seconds: dict[tuple[str, str], Histogram] = {}
+        self._stop_histogram: Histogram | None = None
+        self._ignored_total: Counter | None = None
 
     # -- lifecycle (install/uninstall: see telemetry._bridge) ---------------------------
 
@@ -135,6 +141,7 @@ class PrometheusBridge(Bridge):
     def _receivers(self) -> Receivers:
         return [
             (signals.request_cancelled, self._on_cancelled),
+            (signals.request_stopped, self._on_stopped),
             (signals.cancellation_rejected, self._on_rejected),
             (signals.cancellation_evicted, self._on_evicted),
             (signals.cancellation_cleanup, self._on_cleanup),
@@ -159,9 +166,23 @@ class PrometheusBridge(Bridge):
             (k, r): rejected.labels(k, r) for k in SCOPE_KINDS for r in REJECT_REASONS
         }
         self._cleanup = {t: cleanup.labels(t) for t in TABLES}
-        self._counters = [cancelled, rejected, evicted, cleanup, errors]
+        info = METRICS[PREFIX + "cancel_to_stop_seconds"]
+        stop = Histogram(
+            info.name,
+            info.help,
+            list(info.labels),
+            registry=None,
+            buckets=CANCEL_TO_STOP_BUCKETS,
+        )
+        # Children appear with their first observation (as in the OpenTelemetry bridge: a
+        # histogram there has no point before one).
+        self._stop_histogram = stop
+        self._stop_seconds = {}
+        ignored = self._ignored_total = make("cancellations_ignored")
+        ignored.labels(OTHER_TOOL)  # exists from the start; registered tools with their first
+        self._counters = [cancelled, rejected, evicted, cleanup, errors, stop, ignored]
         if reg is not None:
-            done: list[Counter] = []
+            done: list[MetricWrapperBase] = []
             try:
                 for counter in self._counters:
                     reg.register(counter)
@@ -205,6 +226,27 @@ class PrometheusBridge(Bridge):
             self._cleanup["cancellations"].inc(removed)
         if in_flight_removed:
             self._cleanup["in_flight"].inc(in_flight_removed)
+
+    @never_raise
+    def _on_stopped(
+        self,
+        sender: object,
+        *,
+        scope: str,
+        outcome: str,
+        seconds: float,
+        tool: str | None,
+        ignored: bool,
+        **_: object,
+    ) -> None:
+        key = (scope_kind(scope), outcome)
+        child = self._stop_seconds.get(key)
+        if child is None and outcome in OUTCOMES and self._stop_histogram is not None:
+            child = self._stop_seconds[key] = self._stop_histogram.labels(*key)
+        if child is not None:
+            child.observe(seconds)
+        if ignored and self._ignored_total is not None:
+            self._ignored_total.labels(tool or OTHER_TOOL).inc()
 
     @never_raise
     def _on_storage_error(self, sender: object, *, operation: str, **_: object) -> None:
@@ -273,6 +315,7 @@ class PrometheusBridge(Bridge):
             rejections=rejections,
             top_k=self.top_k,
             labeler=self.labeler,
+            ignored=ignored_by_tool(registry),
         )
 
     # -- exposition --------------------------------------------------------------------

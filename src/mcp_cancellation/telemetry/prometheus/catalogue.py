@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from .._catalogue import (
     ALL,
+    CANCEL_TO_STOP_BUCKETS,
     METRIC_NAMES,
     METRICS,
+    OUTCOMES,
     PREFIX,
     REJECT_REASONS,
+    SERIES,
     TABLE_STATE,
     TABLES,
     MetricInfo,
@@ -16,10 +19,13 @@ from .._catalogue import (
 
 __all__ = [
     "ALL",
+    "CANCEL_TO_STOP_BUCKETS",
     "METRICS",
     "METRIC_NAMES",
+    "OUTCOMES",
     "PREFIX",
     "REJECT_REASONS",
+    "SERIES",
     "TABLES",
     "TABLE_STATE",
     "MetricInfo",
