@@ -42,9 +42,10 @@ limits = st.tuples(st.sampled_from([None, 3, 6, 20]), st.sampled_from([None, 2, 
 
 def _check(storage: Storage, model: Model, loop: asyncio.AbstractEventLoop) -> None:
     order = model.eviction_order()
-    for top_k in (1, 2, len(SCOPES)):
-        summary = loop.run_until_complete(storage.summary(top_k))
+    for top_k, at_least in ((1, 1), (2, 2), (len(SCOPES), 3)):
+        summary = loop.run_until_complete(storage.summary(top_k, at_least))
         assert list(summary.largest) == order[:top_k]
+        assert summary.at_least == sum(1 for _, n in order if n >= at_least)
     kinds: dict[str, int] = {}
     for scope, n in order:
         kinds[scope_kind(scope)] = kinds.get(scope_kind(scope), 0) + n

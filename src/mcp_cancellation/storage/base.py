@@ -67,6 +67,10 @@ class Limits:
 
     max_rows: int | None = 10_000
     max_rows_per_scope: int | None = 256
+    #: Shadow mode: an insert past the quota is recorded anyway and reported as
+    #: :attr:`AddResult.over_quota` (what enforcing would have refused), so that a quota
+    #: can be rolled out without refusing anyone.
+    shadow_quota: bool = False
 
     @property
     def eviction_batch(self) -> int:
@@ -84,6 +88,8 @@ class AddResult:
 
     outcome: AddOutcome
     evicted: tuple[tuple[str, int], ...] = ()
+    #: Recorded although the scope was at its quota (only with ``Limits.shadow_quota``).
+    over_quota: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +123,12 @@ class TableSummary:
     #: The largest scopes and their row counts, in eviction order: largest first, equal
     #: sizes oldest row first (the scopes the cap would evict first).
     largest: tuple[tuple[str, int], ...] = ()
+    #: How many scopes hold at least the ``at_least`` rows the summary was asked about
+    #: (0 when it was not): the scopes near their quota, from the same index.
+    at_least: int = 0
 
     @classmethod
-    def of(cls, stats: StorageStats, top_k: int) -> TableSummary:
+    def of(cls, stats: StorageStats, top_k: int, at_least: int | None = None) -> TableSummary:
         """A summary computed from full :class:`StorageStats` (a scan: for storages that
         keep no index). Equal sizes go by scope name, as row ages are not in the stats."""
         return cls(
@@ -127,6 +136,9 @@ class TableSummary:
             in_flight=_by_kind(stats.in_flight),
             largest=tuple(
                 heapq.nsmallest(top_k, stats.rows.items(), key=lambda kv: (-kv[1], kv[0]))
+            ),
+            at_least=(
+                0 if at_least is None else sum(1 for n in stats.rows.values() if n >= at_least)
             ),
         )
 
@@ -252,20 +264,22 @@ class Storage(abc.ABC):
         they cannot be read in time, or when waiting would block the storage's own loop."""
         return self.stats_nowait()
 
-    async def summary(self, top_k: int) -> TableSummary:
-        """Row totals by scope kind and the *top_k* largest scopes (see
-        :class:`TableSummary`)."""
-        return TableSummary.of(await self.stats(), top_k)
+    async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
+        """Row totals by scope kind, the *top_k* largest scopes and, with *at_least*, how
+        many scopes hold at least that many rows (see :class:`TableSummary`)."""
+        return TableSummary.of(await self.stats(), top_k, at_least)
 
-    def summary_nowait(self, top_k: int) -> TableSummary | None:
+    def summary_nowait(self, top_k: int, at_least: int | None = None) -> TableSummary | None:
         """:meth:`summary` without waiting, or ``None`` if only :meth:`summary` can."""
         stats = self.stats_nowait()
-        return None if stats is None else TableSummary.of(stats, top_k)
+        return None if stats is None else TableSummary.of(stats, top_k, at_least)
 
-    def summary_from_thread(self, top_k: int, timeout: float) -> TableSummary | None:
+    def summary_from_thread(
+        self, top_k: int, timeout: float, at_least: int | None = None
+    ) -> TableSummary | None:
         """:meth:`summary` for a caller that cannot await, as :meth:`stats_from_thread`."""
         stats = self.stats_from_thread(timeout)
-        return None if stats is None else TableSummary.of(stats, top_k)
+        return None if stats is None else TableSummary.of(stats, top_k, at_least)
 
     # -- the synchronous face (storages with ``synchronous = True``) -------------------
 

@@ -13,6 +13,7 @@ scrape reads the largest scopes and the totals by scope kind without a scan of t
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -108,7 +109,8 @@ class MemoryStorage(Storage):
                 outcome = _UPDATED
             else:
                 quota = limits.max_rows_per_scope
-                if quota is not None and rows is not None and len(rows) >= quota:
+                over = quota is not None and rows is not None and len(rows) >= quota
+                if over and not limits.shadow_quota:
                     return _QUOTA
                 evicted: tuple[tuple[str, int], ...] = ()
                 if limits.max_rows is not None and self._total >= limits.max_rows:
@@ -128,8 +130,10 @@ class MemoryStorage(Storage):
                 kind = scope_kind(scope)
                 self._kind_rows[kind] = self._kind_rows.get(kind, 0) + 1
                 self._total += 1
-                if evicted:
-                    outcome = AddResult("recorded", evicted)
+                if evicted or over:
+                    outcome = AddResult("recorded", evicted, over)
+                    if not evicted and self._graveyard:
+                        self._release(_RELEASE_PER_CALL)
                 else:
                     if self._graveyard:
                         self._release(_RELEASE_PER_CALL)
@@ -331,24 +335,29 @@ class MemoryStorage(Storage):
     async def stats(self) -> StorageStats:
         return self.stats_nowait()
 
-    def summary_nowait(self, top_k: int) -> TableSummary:
+    def summary_nowait(self, top_k: int, at_least: int | None = None) -> TableSummary:
         """Synchronous :meth:`summary`: O(top_k log n) from the index, plus the in-flight
         rows (the requests running now)."""
         with self._lock:
             largest = tuple((scope, -neg) for neg, _, scope in islice(self._index, top_k))
+            # Entries are (-rows, first, scope): rows >= at_least sort before this probe.
+            probe = (1 - (at_least or 0), -math.inf, "")
+            near = 0 if at_least is None else self._index.bisect_left(probe)
             rows = {kind: n for kind, n in self._kind_rows.items() if n}
             flights = self._in_flight.counts()
         in_flight: dict[str, int] = {}
         for scope, n in flights.items():
             kind = scope_kind(scope)
             in_flight[kind] = in_flight.get(kind, 0) + n
-        return TableSummary(rows=rows, in_flight=in_flight, largest=largest)
+        return TableSummary(rows=rows, in_flight=in_flight, largest=largest, at_least=near)
 
-    async def summary(self, top_k: int) -> TableSummary:
-        return self.summary_nowait(top_k)
+    async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
+        return self.summary_nowait(top_k, at_least)
 
-    def summary_from_thread(self, top_k: int, timeout: float) -> TableSummary:
-        return self.summary_nowait(top_k)
+    def summary_from_thread(
+        self, top_k: int, timeout: float, at_least: int | None = None
+    ) -> TableSummary:
+        return self.summary_nowait(top_k, at_least)
 
     def check_index(self) -> None:
         """Assert that the scope-size index and the kind totals agree with the rows (for

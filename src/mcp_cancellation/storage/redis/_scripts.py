@@ -243,10 +243,12 @@ end
 #: ARGV: prefix, scope, key, reason (encoded), require_in_flight ("1"/"0"), quota ("" for
 #: none), cap ("" for none), eviction batch, this worker's id, the most rows this call may
 #: evict ("" for no bound), rows of a batch an earlier call left owed ("" for none) and the
-#: scope it was part-way through ("" for none).
-#: Returns {outcome, one-row scopes evicted, rows still owed, scope part-way, evicted scope,
-#: count, evicted scope, count, ...}. Outcome ``evicting`` means the call spent its
-#: eviction budget before the batch was done and wrote nothing else: the caller calls again
+#: scope it was part-way through ("" for none), shadow quota ("1": record past the quota
+#: and say so, "" or "0": refuse).
+#: Returns {outcome, one-row scopes evicted, rows still owed, scope part-way, over quota
+#: (1 or 0), evicted scope, count, evicted scope, count, ...}. Outcome ``evicting`` means
+#: the call spent its eviction budget before the batch was done and wrote nothing else:
+#: the caller calls again
 #: with the owed rows and the scope, so that no single script holds Redis for long, and the
 #: calls together evict exactly what one unbounded call would. The scopes evicted whole with
 #: one row each (an address-rotation flood) come after the others in eviction order, packed
@@ -257,7 +259,7 @@ ADD = (
 local scope, key, renc = ARGV[2], ARGV[3], ARGV[4]
 local m = member(scope, key)
 local fk = flight_key(m)
-local result, singles = {'recorded', '', 0, ''}, {}
+local result, singles = {'recorded', '', 0, '', 0}, {}
 local budget = tonumber(ARGV[10]) or math.huge
 local owed, partial = tonumber(ARGV[11]) or 0, ARGV[12] or ''
 local function done(outcome)
@@ -274,7 +276,10 @@ if redis.call('HEXISTS', REASONS, m) == 1 then
   result[1] = 'updated'
 else
   local count = count_of(scope)
-  if ARGV[6] ~= '' and count >= tonumber(ARGV[6]) then return done('quota') end
+  if ARGV[6] ~= '' and count >= tonumber(ARGV[6]) then
+    if ARGV[13] ~= '1' then return done('quota') end
+    result[5] = 1  -- shadow mode: recorded, and reported as what enforcing would refuse
+  end
   local total = redis.call('ZCARD', AGES)
   if ARGV[7] ~= '' and total >= tonumber(ARGV[7]) then
     owed, budget, partial = evict(math.min(tonumber(ARGV[8]), total), budget, '', result, singles)
@@ -372,7 +377,9 @@ while size and found < k do
     'LIMIT', 0, 1)
   size = below[2] and tonumber(below[2])
 end
-return {redis.call('HGETALL', KINDS), redis.call('HGETALL', FS), largest}
+local near = 0
+if ARGV[3] and ARGV[3] ~= '' then near = redis.call('ZCOUNT', SCOPES, ARGV[3], '+inf') end
+return {redis.call('HGETALL', KINDS), redis.call('HGETALL', FS), largest, near}
 """
 )
 

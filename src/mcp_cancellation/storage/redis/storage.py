@@ -63,7 +63,7 @@ def _identity(client: Redis, prefix: str) -> str:
 def _collect_evicted(evicted: list[tuple[str, int]], reply: list[Any]) -> None:
     """Append one ``ADD`` reply's evictions, in eviction order, to *evicted*; a scope that
     one call left part-way and the next finished is one entry, as if evicted at once."""
-    found = [(text(reply[i]), int(reply[i + 1])) for i in range(4, len(reply), 2)]
+    found = [(text(reply[i]), int(reply[i + 1])) for i in range(5, len(reply), 2)]
     if reply[1]:  # one-row scopes evicted whole, after the others
         found += [(text(s), 1) for s in split_netstrings(to_bytes(reply[1]))]
     for scope, count in found:
@@ -273,11 +273,12 @@ class RedisStorage(Storage):
             self.worker_id,
             "" if self._eviction_chunk is None else str(self._eviction_chunk),
         )
+        shadow = "1" if limits.shadow_quota else "0"
         evicted: list[tuple[str, int]] = []
         owed: bytes | str = ""
         partial: bytes | str = ""
         while True:  # more than one call only while a large eviction batch is under way
-            reply = await self._run("ADD", *args, owed, partial)
+            reply = await self._run("ADD", *args, owed, partial, shadow)
             outcome = text(reply[0])
             _collect_evicted(evicted, reply)
             if outcome != "evicting":
@@ -286,7 +287,8 @@ class RedisStorage(Storage):
         if outcome in ("recorded", "updated"):
             for token in self._local.tokens(scope, key):
                 token.set_cancelled(reason)
-        return AddResult(outcome, tuple(evicted))  # type: ignore[arg-type]
+        over = outcome == "recorded" and bool(int(reply[4]))
+        return AddResult(outcome, tuple(evicted), over)  # type: ignore[arg-type]
 
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
         value = await self._home.call(
@@ -419,9 +421,15 @@ class RedisStorage(Storage):
             in_flight={text(scope): int(n) for scope, n in flights.items() if int(n) > 0},
         )
 
-    async def summary(self, top_k: int) -> TableSummary:
-        """Totals by scope kind and the *top_k* largest scopes: one script, O(k log n)."""
-        kinds, flights, largest = await self._run("SUMMARY", str(max(0, top_k)), operation="stats")
+    async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
+        """Totals by scope kind, the *top_k* largest scopes and the number holding at least
+        *at_least* rows: one script, O(k log n)."""
+        kinds, flights, largest, near = await self._run(
+            "SUMMARY",
+            str(max(0, top_k)),
+            "" if at_least is None else str(at_least),
+            operation="stats",
+        )
         in_flight: dict[str, int] = {}
         for i in range(0, len(flights), 2):
             kind = scope_kind(text(flights[i]))
@@ -436,15 +444,18 @@ class RedisStorage(Storage):
             largest=tuple(
                 (text(largest[i]), int(largest[i + 1])) for i in range(0, len(largest), 2)
             ),
+            at_least=int(near),
         )
 
     def stats_from_thread(self, timeout: float) -> StorageStats | None:
         """:meth:`stats` on the home loop, from another thread, within *timeout*."""
         return self._from_thread(self.stats, timeout)
 
-    def summary_from_thread(self, top_k: int, timeout: float) -> TableSummary | None:
+    def summary_from_thread(
+        self, top_k: int, timeout: float, at_least: int | None = None
+    ) -> TableSummary | None:
         """:meth:`summary` on the home loop, from another thread, within *timeout*."""
-        return self._from_thread(functools.partial(self.summary, top_k), timeout)
+        return self._from_thread(functools.partial(self.summary, top_k, at_least), timeout)
 
     def _from_thread(self, read: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T | None:
         home = self._home.loop
