@@ -52,7 +52,7 @@ with requires("mcp", "mcp-cancellation demo"):
 
     from .integrations.mcp_sdk import cancellable, tool_names
 
-__all__ = ["add_parser", "build_demo_app", "build_demo_server", "run"]
+__all__ = ["add_parser", "build_demo_app", "build_demo_server", "registry_from_args", "run"]
 
 logger = logging.getLogger("mcp_cancellation.demo")
 
@@ -279,6 +279,20 @@ def add_parser(subparsers: Any) -> None:
         help="cancel a disconnected request's work after this long (default 10)",
     )
     parser.add_argument(
+        "--quota-mode",
+        choices=["enforce", "shadow"],
+        default=None,
+        help="shadow: record cancellations past the quota and count them as would-be "
+        "rejections (mode=shadow) instead of refusing them (default enforce)",
+    )
+    parser.add_argument(
+        "--quota-override",
+        action="append",
+        default=[],
+        metavar="SCOPE=N",
+        help="the quota of one scope, e.g. principal:batch=1000 (repeatable)",
+    )
+    parser.add_argument(
         "--cancel-grace",
         type=float,
         default=None,
@@ -316,6 +330,30 @@ def _storage(url: str | None, prefix: str | None) -> Storage | None:
     return RedisStorage.from_url(url, prefix=prefix or DEFAULT_PREFIX)
 
 
+def _overrides(entries: Sequence[str]) -> dict[str, int]:
+    """``SCOPE=N`` entries (the scope may contain ``=``: the last one splits)."""
+    overrides: dict[str, int] = {}
+    for entry in entries:
+        scope, sep, number = entry.rpartition("=")
+        if not sep or not scope or not number.strip().isdigit():
+            raise ConfigurationError(f"--quota-override {entry!r}: expected SCOPE=N")
+        overrides[scope] = int(number)
+    return overrides
+
+
+def registry_from_args(args: argparse.Namespace) -> CancellationRegistry:
+    """The demo's registry, as its command line describes it."""
+    options: dict[str, Any] = {}
+    for name in ("max_rows", "max_rows_per_scope", "cancel_grace", "quota_mode"):
+        value = getattr(args, name, None)
+        if value is not None:
+            options[name] = value
+    overrides = _overrides(getattr(args, "quota_override", []) or [])
+    if overrides:
+        options["quota_overrides"] = overrides
+    return CancellationRegistry(_storage(args.redis, args.redis_prefix), **options)
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve the demo until interrupted."""
     import uvicorn
@@ -327,15 +365,8 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("mcp_cancellation").setLevel(level)
-    limits: dict[str, Any] = {}
-    if args.max_rows is not None:
-        limits["max_rows"] = args.max_rows
-    if args.max_rows_per_scope is not None:
-        limits["max_rows_per_scope"] = args.max_rows_per_scope
-    if args.cancel_grace is not None:
-        limits["cancel_grace"] = args.cancel_grace
     try:
-        registry = CancellationRegistry(_storage(args.redis, args.redis_prefix), **limits)
+        registry = registry_from_args(args)
         app = build_demo_app(
             registry,
             json_response=args.json_response,

@@ -11,13 +11,15 @@ default, or a shared one such as :class:`~mcp_cancellation.RedisStorage`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from contextvars import Token
 from types import TracebackType
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from . import signals
 from ._config import UNSET, _Unset, int_limit, seconds
@@ -36,9 +38,29 @@ from .storage.base import AddResult, Limits, Storage, StorageStats
 from .storage.memory import MemoryStorage
 from .token import RequestToken
 
-__all__ = ["CancellationRegistry", "CleanupResult", "RequestContext"]
+__all__ = [
+    "QUOTA_MODES",
+    "CancellationRegistry",
+    "CleanupResult",
+    "QuotaMode",
+    "QuotaOverrides",
+    "RequestContext",
+]
 
 logger = logging.getLogger("mcp_cancellation")
+
+
+#: ``quota_mode`` values: refuse past the quota, or only count what would be refused.
+QuotaMode = Literal["enforce", "shadow"]
+QUOTA_MODES: tuple[QuotaMode, ...] = ("enforce", "shadow")
+#: Per-scope quotas: a mapping from scope to quota, or a callable returning a scope's
+#: quota; ``None`` (or a missing key) means the default ``max_rows_per_scope``.
+QuotaOverrides = Mapping[str, int | None] | Callable[[str], int | None]
+
+
+def _check_quota(quota: object, where: str) -> None:
+    if quota is not None and (isinstance(quota, bool) or not isinstance(quota, int) or quota < 1):
+        raise ConfigurationError(f"{where} must be a positive integer or None, not {quota!r}")
 
 
 def _default_storage() -> Storage:
@@ -78,7 +100,23 @@ class CancellationRegistry:
         janitor_interval: float | _Unset | None = UNSET,
         max_reason_chars: int = MAX_REASON_CHARS,
         cancel_grace: float | _Unset = UNSET,
+        quota_mode: QuotaMode | _Unset = UNSET,
+        quota_overrides: QuotaOverrides | None = None,
     ) -> None:
+        mode: object = quota_mode
+        if isinstance(mode, _Unset):
+            mode = os.environ.get("MCP_CANCELLATION_QUOTA_MODE", "").strip().lower() or "enforce"
+        if mode == "enforce" or mode == "shadow":
+            self._quota_mode: QuotaMode = mode
+        else:
+            raise ConfigurationError(f"quota_mode must be 'enforce' or 'shadow', not {mode!r}")
+        if quota_overrides is not None and not callable(quota_overrides):
+            if not isinstance(quota_overrides, Mapping):
+                raise ConfigurationError("quota_overrides must be a mapping or a callable")
+            for scope, quota in quota_overrides.items():
+                _check_quota(quota, f"quota_overrides[{scope!r}]")
+        self._overrides = quota_overrides
+        self._limits_by_quota: dict[int, Limits] = {}
         self._limits = Limits(
             max_rows=int_limit("max_rows", max_rows, "MCP_CANCELLATION_MAX_ROWS", 10_000),
             max_rows_per_scope=int_limit(
@@ -87,6 +125,7 @@ class CancellationRegistry:
                 "MCP_CANCELLATION_MAX_ROWS_PER_SCOPE",
                 256,
             ),
+            shadow_quota=self._quota_mode == "shadow",
         )
         self._ttl = seconds("ttl", ttl, "MCP_CANCELLATION_TTL", 300.0)
         self._janitor_interval = seconds(
@@ -140,6 +179,40 @@ class CancellationRegistry:
         return self._janitor_interval
 
     @property
+    def quota_mode(self) -> QuotaMode:
+        """``enforce`` (refuse past the quota) or ``shadow`` (record, and report what
+        enforcing would have refused as ``cancellation.rejected`` with ``mode="shadow"``)."""
+        return self._quota_mode
+
+    def quota_for(self, scope: str) -> int | None:
+        """The quota of *scope*: its override if it has one, else ``max_rows_per_scope``."""
+        return self._limits_for(scope).max_rows_per_scope
+
+    def _limits_for(self, scope: str) -> Limits:
+        overrides = self._overrides
+        if overrides is None:
+            return self._limits
+        if callable(overrides):
+            try:
+                quota = overrides(scope)
+                _check_quota(quota, "quota_overrides(...)")
+            except Exception:
+                logger.exception("quota_overrides failed for a scope; the default quota applies")
+                return self._limits
+        else:
+            quota = overrides.get(scope)
+        if quota is None:
+            return self._limits
+        found = self._limits_by_quota.get(quota)
+        if found is None:
+            if len(self._limits_by_quota) >= 1024:  # a callable with unbounded answers
+                self._limits_by_quota.clear()
+            found = self._limits_by_quota[quota] = dataclasses.replace(
+                self._limits, max_rows_per_scope=quota
+            )
+        return found
+
+    @property
     def cancel_grace(self) -> float:
         """Seconds a cancelled request may keep running before it counts as ignoring its
         cancellation (``ignored`` in ``request.stopped``, :meth:`ignoring`)."""
@@ -173,7 +246,7 @@ class CancellationRegistry:
         except InvalidRequestId:
             if signals.cancellation_rejected.receivers:
                 signals.cancellation_rejected.send(
-                    self, scope=scope, request_id=None, reason="invalid_request_id"
+                    self, scope=scope, request_id=None, reason="invalid_request_id", mode="enforce"
                 )
             raise
         return key, sanitize_reason(reason, self._max_reason_chars)
@@ -190,9 +263,13 @@ class CancellationRegistry:
         if outcome == "quota":
             if signals.cancellation_rejected.receivers:
                 signals.cancellation_rejected.send(
-                    self, scope=scope, request_id=key, reason="quota"
+                    self, scope=scope, request_id=key, reason="quota", mode="enforce"
                 )
-            raise CancellationLimitReached(scope, self._limits.max_rows_per_scope or 0)
+            raise CancellationLimitReached(scope, self.quota_for(scope) or 0)
+        if result.over_quota and signals.cancellation_rejected.receivers:
+            signals.cancellation_rejected.send(
+                self, scope=scope, request_id=key, reason="quota", mode="shadow"
+            )
         if outcome == "not_in_flight":
             return False
         if signals.request_cancelled.receivers:
@@ -243,11 +320,12 @@ class CancellationRegistry:
         """cancel() and cancel_in_flight(): validate, add through the storage, report."""
         key, text = self._prepare(request_id, reason, scope)
         sync = self._sync
+        limits = self._limits if self._overrides is None else self._limits_for(scope)
         if sync is not None:  # never waits: no coroutine per layer on the hot path
-            result = sync.add_nowait(scope, key, text, self._limits, in_flight)
+            result = sync.add_nowait(scope, key, text, limits, in_flight)
         else:
             result = await self._storage.add(
-                scope, key, text, limits=self._limits, require_in_flight=in_flight
+                scope, key, text, limits=limits, require_in_flight=in_flight
             )
         return self._report(result, key, scope, text, method)
 

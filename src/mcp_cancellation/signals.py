@@ -15,7 +15,9 @@ signal                     keyword arguments
 ``cancellation.cleanup``   ``removed``, ``in_flight_removed``, ``duration`` (seconds)
 ``cancellation.evicted``   ``scope``, ``count``
 ``cancellation.rejected``  ``scope``, ``request_id`` (str | None), ``reason``
-                           (``"quota"`` or ``"invalid_request_id"``)
+                           (``"quota"`` or ``"invalid_request_id"``), ``mode``
+                           (``"enforce"``, or ``"shadow"`` for a cancellation a quota in
+                           shadow mode recorded although it would have refused it)
 ``request.stopped``        a cancelled request's handler ended: ``request_id``,
                            ``scope``, ``outcome`` (``stopped``, ``killed`` or
                            ``completed``), ``seconds`` (from the cancellation reaching

@@ -14,7 +14,12 @@ from mcp import Client
 from mcp_cancellation import CancellationRegistry, MemoryStorage
 from mcp_cancellation.__main__ import build_parser
 from mcp_cancellation.__main__ import main as command_main
-from mcp_cancellation.demo import _instructions, build_demo_app, client_command
+from mcp_cancellation.demo import (
+    _instructions,
+    build_demo_app,
+    client_command,
+    registry_from_args,
+)
 
 from ..support import UvicornThread, async_wait_until, stats_now, wait_until
 from .conftest import SSE_AND_JSON, cancel_body, final_message, jsonrpc_messages
@@ -43,6 +48,34 @@ def test_cli_arguments() -> None:
     assert args.trusted_proxy == ["127.0.0.1", "10.0.0.0/8"]
     assert (args.max_rows, args.max_rows_per_scope) == (50, 5)
     assert callable(args.run)
+
+
+async def test_quota_rollout_and_grace_from_the_command_line() -> None:
+    args = build_parser().parse_args(
+        [
+            "demo",
+            *("--max-rows-per-scope", "2", "--quota-mode", "shadow", "--cancel-grace", "1.5"),
+            *("--quota-override", "principal:batch=50", "--quota-override", "x=y=3"),
+        ]
+    )
+    registry = registry_from_args(args)
+    try:
+        assert registry.quota_mode == "shadow"
+        assert registry.cancel_grace == 1.5
+        assert registry.quota_for("principal:batch") == 50
+        assert registry.quota_for("x=y") == 3  # the last "=" splits
+        assert registry.quota_for("ip:192.0.2.1") == 2
+        for request_id in range(4):  # past the quota: recorded (shadow), not refused
+            await registry.cancel(request_id, None, "ip:192.0.2.1")
+        assert (await registry.stats()).rows == {"ip:192.0.2.1": 4}
+    finally:
+        await registry.aclose()
+
+
+def test_a_malformed_quota_override_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["demo", "--quota-override", "principal:batch"])
+    assert args.run(args) == 2
+    assert "expected SCOPE=N" in capsys.readouterr().err
 
 
 def test_bad_trusted_proxy_exits_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -51,7 +51,9 @@ async def test_quota_rejects_a_new_row_in_a_full_scope(make_registry: MakeRegist
         await registry.cancel(3, scope="s")
     assert info.value.scope == "s"
     assert info.value.limit == 3
-    assert rejected.kwargs == [{"scope": "s", "request_id": "3", "reason": "quota"}]
+    assert rejected.kwargs == [
+        {"scope": "s", "request_id": "3", "reason": "quota", "mode": "enforce"}
+    ]
     assert not await registry.is_cancelled(3, scope="s")
     assert await rows(registry) == {"s": 3}
     # Other scopes have their own quota.

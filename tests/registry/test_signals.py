@@ -74,9 +74,9 @@ async def test_cancellation_rejected(make_registry: MakeRegistry) -> None:
         await registry.cancel(1, "update, not a rejection", scope="s")
     assert [sender for sender, _ in got.calls] == [registry] * 3
     assert got.kwargs == [
-        {"scope": "s", "request_id": "2", "reason": "quota"},
-        {"scope": "t", "request_id": None, "reason": "invalid_request_id"},
-        {"scope": "u", "request_id": None, "reason": "invalid_request_id"},
+        {"scope": "s", "request_id": "2", "reason": "quota", "mode": "enforce"},
+        {"scope": "t", "request_id": None, "reason": "invalid_request_id", "mode": "enforce"},
+        {"scope": "u", "request_id": None, "reason": "invalid_request_id", "mode": "enforce"},
     ]
 
 
