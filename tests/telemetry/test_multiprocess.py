@@ -35,8 +35,17 @@ def test_counters_and_rejections_add_up_across_workers(tmp_path: Path) -> None:
     # Counters: 3 + 2 and 5 + 2 ip cancellations, 3 + 5 rejections, plus the scraper's own.
     assert value(parsed, P + "cancelled_total", scope_kind="ip") == 12
     assert value(parsed, P + "cancelled_total", scope_kind="principal") == 1
-    assert value(parsed, P + "rejected_total", scope_kind="ip", reason="quota") == 8
-    assert value(parsed, P + "rejected_total", scope_kind="ip", reason="invalid_request_id") == 0
+    assert value(parsed, P + "rejected_total", scope_kind="ip", reason="quota", mode="enforce") == 8
+    assert (
+        value(
+            parsed,
+            P + "rejected_total",
+            scope_kind="ip",
+            reason="invalid_request_id",
+            mode="enforce",
+        )
+        == 0
+    )
     # The heavy hitters of every worker are summed.
     offender = frozenset({("scope", "ip:203.0.113.66"), ("reason", "quota")})
     assert series(parsed, P + "scope_rejections") == {offender: 8}

@@ -125,7 +125,7 @@ async def test_disconnect_and_library_cancellations(
     }
     # Every label combination exists from the first collection, at 0.
     assert len(points(metric_reader, "mcp_cancellation.cancelled", zeros=True)) == 5
-    assert len(points(metric_reader, "mcp_cancellation.rejected", zeros=True)) == 10
+    assert len(points(metric_reader, "mcp_cancellation.rejected", zeros=True)) == 15
 
 
 async def test_cleanup_span_spans_the_pass(
@@ -215,15 +215,19 @@ async def test_evictions_and_rejections(
             {
                 ("scope_kind", "session"),
                 ("reason", "quota"),
+                ("mode", "enforce"),
             }
         ): 1,
         frozenset(
             {
                 ("scope_kind", "principal"),
                 ("reason", "invalid_request_id"),
+                ("mode", "enforce"),
             }
         ): 1,
-        frozenset({("scope_kind", "ip"), ("reason", "invalid_request_id")}): 100,
+        frozenset(
+            {("scope_kind", "ip"), ("reason", "invalid_request_id"), ("mode", "enforce")}
+        ): 100,
     }
     for span in spans:  # the session id is never exported
         for event in span.events:

@@ -85,7 +85,10 @@ async def test_scrape_after_real_cancellations_sample_by_sample(make_memory_regi
             for reason in ("quota", "invalid_request_id"):
                 expected = 1 if kind == "ip" else 0
                 assert (
-                    value(parsed, P + "rejected_total", scope_kind=kind, reason=reason) == expected
+                    value(
+                        parsed, P + "rejected_total", scope_kind=kind, reason=reason, mode="enforce"
+                    )
+                    == expected
                 )
             assert value(parsed, P + "evicted_total", scope_kind=kind) == (kind == "ip")
         assert value(parsed, P + "cleanup_removed_total", table="cancellations") == 0
@@ -163,7 +166,8 @@ async def test_flood_from_100k_addresses_keeps_series_bounded(make_memory_regist
     # Space-Saving never underestimates, and a persistent offender is always kept.
     offender_series = frozenset({("scope", offender), ("reason", "quota")})
     assert rejections[offender_series] >= offender_rejected
-    assert value(parsed, P + "rejected_total", scope_kind="ip", reason="quota") == rejected
+    quota = {"scope_kind": "ip", "reason": "quota", "mode": "enforce"}
+    assert value(parsed, P + "rejected_total", **quota) == rejected
     assert value(parsed, P + "cancelled_total", scope_kind="ip") == accepted
     rows = value(parsed, P + "rows", storage=ST, scope_kind="ip")
     assert 950 < rows <= 1_000  # the cap evicts in batches of max_rows // 20

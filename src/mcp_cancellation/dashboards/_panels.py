@@ -97,7 +97,8 @@ def per_table(name: str, by: str = "") -> str:
 
 
 #: Matchers of the two rejection reasons, and the colours of a filling table.
-QUOTA = 'reason="quota"'
+QUOTA = 'reason="quota", mode!="shadow"'
+SHADOW = 'reason="quota", mode="shadow"'
 INVALID = 'reason="invalid_request_id"'
 FILL = (("green", None), ("orange", 0.8), ("red", 0.95))
 TO_ABUSIVE = (("Abusive scopes", ABUSIVE_UID),)
@@ -143,6 +144,19 @@ OVERVIEW: tuple[Panel | Row, ...] = (
         (Target(f"sum({per_table('in_flight')})", "in flight"),),
         w=6,
         h=5,
+        no_value="0",
+    ),
+    Panel(
+        "stat",
+        "Scopes near their quota",
+        "Scopes holding at least 80% of max_rows_per_scope, all selected tables, each counted "
+        "once. Before enforcing a new quota, run it in shadow mode and watch this and the "
+        "would-be rejections.",
+        "short",
+        (Target(f"sum(max by (storage) ({table('scopes_near_quota')}))", "near quota"),),
+        w=6,
+        h=5,
+        thresholds=(("green", None), ("orange", 1)),
         no_value="0",
     ),
     Panel(
@@ -294,6 +308,10 @@ OVERVIEW: tuple[Panel | Row, ...] = (
             Target(
                 f"sum(rate({metric('rejected_total', INVALID)}[{RATE}]))",
                 "invalid request id",
+            ),
+            Target(
+                f"sum(rate({metric('rejected_total', SHADOW)}[{RATE}]))",
+                "would be refused (shadow mode)",
             ),
         ),
         stack=True,
@@ -494,8 +512,8 @@ ABUSIVE: tuple[Panel | Row, ...] = (
         "ops",
         (
             Target(
-                f"sum by (scope_kind, reason) (rate({metric('rejected_total')}[{RATE}]))",
-                "{{scope_kind}} {{reason}}",
+                f"sum by (scope_kind, reason, mode) (rate({metric('rejected_total')}[{RATE}]))",
+                "{{scope_kind}} {{reason}} ({{mode}})",
             ),
         ),
         no_value="No rejections",

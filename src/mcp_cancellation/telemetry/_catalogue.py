@@ -9,6 +9,7 @@ translation) are these. Dashboards, alert rules and their tests validate against
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Final
 
@@ -17,13 +18,16 @@ __all__ = [
     "CANCEL_TO_STOP_BUCKETS",
     "METRICS",
     "METRIC_NAMES",
+    "NEAR_QUOTA",
     "OUTCOMES",
     "PREFIX",
+    "REJECTIONS",
     "REJECT_REASONS",
     "SERIES",
     "TABLES",
     "TABLE_STATE",
     "MetricInfo",
+    "near_quota_rows",
     "otel_name",
 ]
 
@@ -55,8 +59,10 @@ ALL: tuple[MetricInfo, ...] = (
     MetricInfo(
         PREFIX + "rejected_total",
         "counter",
-        ("scope_kind", "reason"),
-        "Cancellations refused: reason is quota (per-scope quota full) or invalid_request_id.",
+        ("scope_kind", "reason", "mode"),
+        "Cancellations refused: reason is quota (per-scope quota full) or invalid_request_id; "
+        'mode="shadow" counts what a quota in shadow mode would have refused (recorded '
+        "instead).",
     ),
     MetricInfo(
         PREFIX + "evicted_total",
@@ -101,6 +107,12 @@ ALL: tuple[MetricInfo, ...] = (
         "gauge",
         ("storage",),
         "Per-scope quota on cancellation rows (+Inf: disabled).",
+    ),
+    MetricInfo(
+        PREFIX + "scopes_near_quota",
+        "gauge",
+        ("storage",),
+        "Scopes holding at least 80% of max_rows_per_scope (0 without a quota).",
     ),
     MetricInfo(
         PREFIX + "scope_rows",
@@ -168,6 +180,11 @@ METRIC_NAMES: Final[frozenset[str]] = frozenset(SERIES)
 TABLES: Final = ("cancellations", "in_flight")
 #: Values of the ``reason`` label of ``rejected_total``.
 REJECT_REASONS: Final = ("quota", "invalid_request_id")
+#: The ``(reason, mode)`` pairs of ``rejected_total``: an invalid id is always refused, a
+#: quota rejection is enforced or (shadow mode) only counted.
+REJECTIONS: Final = (("quota", "enforce"), ("quota", "shadow"), ("invalid_request_id", "enforce"))
+#: The share of its quota at which a scope counts as near it (``scopes_near_quota``).
+NEAR_QUOTA: Final = 0.8
 #: Values of the ``outcome`` label of ``cancel_to_stop_seconds`` (as in
 #: :data:`mcp_cancellation.token.OUTCOMES`).
 OUTCOMES: Final = ("stopped", "killed", "completed")
@@ -194,8 +211,21 @@ CANCEL_TO_STOP_BUCKETS: Final = (
 )
 #: The gauges that describe the (possibly shared) table, labelled with ``storage``.
 TABLE_STATE: Final = frozenset(
-    PREFIX + n for n in ("rows", "in_flight", "max_rows", "max_rows_per_scope", "scope_rows")
+    PREFIX + n
+    for n in (
+        "rows",
+        "in_flight",
+        "max_rows",
+        "max_rows_per_scope",
+        "scope_rows",
+        "scopes_near_quota",
+    )
 )
+
+
+def near_quota_rows(quota: int | None) -> int | None:
+    """The rows at which a scope of *quota* counts as near it, ``None`` without a quota."""
+    return None if quota is None else max(1, math.ceil(NEAR_QUOTA * quota))
 
 
 def otel_name(prometheus_name: str) -> str:

@@ -98,3 +98,4 @@ def _row_gauges(
         label = labeler(scope)
         by_label[label] = by_label.get(label, 0) + count
     yield PREFIX + "scope_rows", [((storage, label), float(n)) for label, n in by_label.items()]
+    yield PREFIX + "scopes_near_quota", [((storage,), float(summary.at_least))]

@@ -69,8 +69,9 @@ from ._catalogue import (
     METRICS,
     OUTCOMES,
     PREFIX,
-    REJECT_REASONS,
+    REJECTIONS,
     TABLES,
+    near_quota_rows,
     otel_name,
 )
 from ._guard import never_raise
@@ -151,6 +152,7 @@ _UNITS: Final = {
     "max_rows": "{row}",
     "max_rows_per_scope": "{row}",
     "scope_rows": "{row}",
+    "scopes_near_quota": "{scope}",
     "storage_up": "",
     "scope_rejections": "{cancellation}",
     "cancel_to_stop_seconds": "s",
@@ -249,7 +251,7 @@ class _Instruments:
 
         # The per-call counters are tallies; the rare ones stay synchronous.
         self.cancelled = tally("cancelled", ((k,) for k in SCOPE_KINDS))
-        self.rejected = tally("rejected", ((k, r) for k in SCOPE_KINDS for r in REJECT_REASONS))
+        self.rejected = tally("rejected", ((k, r, m) for k in SCOPE_KINDS for r, m in REJECTIONS))
         self.evicted = tally("evicted", ((k,) for k in SCOPE_KINDS))
         self.ignored = tally("cancellations_ignored", [(OTHER_TOOL,)])
         stop = METRICS[PREFIX + "cancel_to_stop_seconds"]
@@ -358,7 +360,8 @@ class OpenTelemetryBridge(Bridge):
             if state is not None and now - taken < _STATE_REUSE:
                 return state
             storage = registry.storage
-            summary = storage.summary_from_thread(self.top_k, self.stats_timeout)
+            near = near_quota_rows(registry.max_rows_per_scope)
+            summary = storage.summary_from_thread(self.top_k, self.stats_timeout, near)
             state = TableState(
                 storage=storage.identity,
                 up=storage.available,
@@ -472,17 +475,22 @@ class OpenTelemetryBridge(Bridge):
         self._instruments.evicted.add((kind,), count)
 
     @never_raise
-    def _on_rejected(self, sender: object, *, scope: str, reason: str, **_: object) -> None:
+    def _on_rejected(
+        self, sender: object, *, scope: str, reason: str, mode: str = "enforce", **_: object
+    ) -> None:
         if self._elsewhere(sender):
             return
         kind = scope_kind(scope)
+        if mode != "enforce":  # shadow mode: counted, nobody was refused
+            self._instruments.rejected.add((kind, reason, mode))
+            return
         span = trace.get_current_span()
         if span.is_recording():
             span.add_event(
                 EVENT_REJECTED,
                 {ERROR_TYPE: reason, SCOPE_KIND: kind, SCOPE: self.labeler(scope)},
             )
-        self._instruments.rejected.add((kind, reason))
+        self._instruments.rejected.add((kind, reason, mode))
         if self._registry_ref is not None:
             self.rejections.add(scope, reason)
 

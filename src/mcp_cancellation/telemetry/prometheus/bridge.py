@@ -17,11 +17,12 @@ from ...scope import SCOPE_KINDS, scope_kind
 from ...storage.base import STORAGE_OPERATIONS, TableSummary
 from ...token import OTHER_TOOL
 from .._bridge import Bridge, Receivers
+from .._catalogue import near_quota_rows
 from .._guard import never_raise
 from .._labels import ScopeLabeler
 from .._rejections import REJECTIONS_WINDOW, Rejections
 from .._table_state import ignored_by_tool
-from .catalogue import CANCEL_TO_STOP_BUCKETS, METRICS, OUTCOMES, PREFIX, REJECT_REASONS, TABLES
+from .catalogue import CANCEL_TO_STOP_BUCKETS, METRICS, OUTCOMES, PREFIX, REJECTIONS, TABLES
 from .collector import GaugeState, StateCollector
 from .multiprocess import MULTIPROC_ENV, HitterFiles, check_multiprocess
 
@@ -107,7 +108,7 @@ class PrometheusBridge(Bridge):
         self._snapshot: TableSummary | None = None
         self._counters: list[MetricWrapperBase] = []
         self._cancelled: dict[str, Counter] = {}
-        self._rejected: dict[tuple[str, str], Counter] = {}
+        self._rejected: dict[tuple[str, str, str], Counter] = {}
         self._evicted: dict[str, Counter] = {}
         self._cleanup: dict[str, Counter] = {}
         self._storage_errors: dict[str, Counter] = {}
@@ -163,7 +164,7 @@ class PrometheusBridge(Bridge):
         self._cancelled = {k: cancelled.labels(k) for k in SCOPE_KINDS}
         self._evicted = {k: evicted.labels(k) for k in SCOPE_KINDS}
         self._rejected = {
-            (k, r): rejected.labels(k, r) for k in SCOPE_KINDS for r in REJECT_REASONS
+            (k, r, m): rejected.labels(k, r, m) for k in SCOPE_KINDS for r, m in REJECTIONS
         }
         self._cleanup = {t: cleanup.labels(t) for t in TABLES}
         info = METRICS[PREFIX + "cancel_to_stop_seconds"]
@@ -206,10 +207,14 @@ class PrometheusBridge(Bridge):
         self._cancelled[scope_kind(scope)].inc()
 
     @never_raise
-    def _on_rejected(self, sender: object, *, scope: str, reason: str, **_: object) -> None:
-        child = self._rejected.get((scope_kind(scope), reason))
+    def _on_rejected(
+        self, sender: object, *, scope: str, reason: str, mode: str = "enforce", **_: object
+    ) -> None:
+        child = self._rejected.get((scope_kind(scope), reason, mode))
         if child is not None:
             child.inc()
+        if mode != "enforce":
+            return  # shadow mode: counted, but nobody was refused
         self.rejections.add(scope, reason)
         if self._files is not None:
             self._files.mark()
@@ -268,7 +273,9 @@ class PrometheusBridge(Bridge):
             return None
         try:
             async with asyncio.timeout(self.stats_timeout):
-                stats = await registry.storage.summary(self.top_k)
+                stats = await registry.storage.summary(
+                    self.top_k, near_quota_rows(registry.max_rows_per_scope)
+                )
         except TimeoutError:
             logger.warning(
                 "cancellation stats unavailable for /metrics: no answer in %.1f s",
@@ -293,7 +300,8 @@ class PrometheusBridge(Bridge):
             return None
         # From an exporter thread (start_http_server) a Redis storage is read on its own
         # loop, within stats_timeout; on that loop itself, the last awaited snapshot.
-        stats = registry.storage.summary_from_thread(self.top_k, self.stats_timeout)
+        near = near_quota_rows(registry.max_rows_per_scope)
+        stats = registry.storage.summary_from_thread(self.top_k, self.stats_timeout, near)
         return stats if stats is not None else self._snapshot
 
     def gauge_state(self) -> GaugeState | None:
