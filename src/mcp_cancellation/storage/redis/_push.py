@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...errors import StorageUnavailable
 from ._codec import decode_reason, split_netstrings, text, to_bytes
@@ -166,7 +166,8 @@ class Push:
                 self.subscribed = False
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(timeout):
-                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+                        # (Any: redis-py types aclose() from 8.2 on, not before)
+                        await cast(Any, pubsub).aclose()
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._backoff[1])
 

@@ -8,7 +8,7 @@ import logging
 import math
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ... import signals
 from ..._extras import requires
@@ -341,7 +341,9 @@ class PrometheusBridge(Bridge):
             from prometheus_client.multiprocess import MultiProcessCollector
 
             exposition = CollectorRegistry()
-            MultiProcessCollector(exposition, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+            # (Any: prometheus_client types this constructor in some versions only)
+            collector: Any = MultiProcessCollector
+            collector(exposition, path=self.multiprocess_dir)
             exposition.register(self._collector)
             return exposition
         if self.collector_registry is None:
