@@ -11,29 +11,27 @@ default, or a shared one such as :class:`~mcp_cancellation.RedisStorage`.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from contextvars import Token
 from types import TracebackType
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 from . import signals
 from ._config import UNSET, _Unset, int_limit, seconds
 from ._ids import normalize_id
-from ._owners import Owner, Owners, current_owner_object
-from .context import _current
+from ._owners import Owners
+from ._quota import QUOTA_MODES, QuotaMode, QuotaOverrides, QuotaPolicy
+from ._quota import quota_mode as quota_mode_of
 from .errors import (
     CancellationLimitReached,
     ConfigurationError,
     InvalidRequestId,
-    RequestCancelled,
     StorageUnavailable,
 )
 from .reason import MAX_REASON_CHARS, sanitize_reason
+from .request_context import RequestContext
 from .storage.base import AddResult, Limits, Storage, StorageStats
 from .storage.memory import MemoryStorage
 from .token import RequestToken
@@ -48,19 +46,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("mcp_cancellation")
-
-
-#: ``quota_mode`` values: refuse past the quota, or only count what would be refused.
-QuotaMode = Literal["enforce", "shadow"]
-QUOTA_MODES: tuple[QuotaMode, ...] = ("enforce", "shadow")
-#: Per-scope quotas: a mapping from scope to quota, or a callable returning a scope's
-#: quota; ``None`` (or a missing key) means the default ``max_rows_per_scope``.
-QuotaOverrides = Mapping[str, int | None] | Callable[[str], int | None]
-
-
-def _check_quota(quota: object, where: str) -> None:
-    if quota is not None and (isinstance(quota, bool) or not isinstance(quota, int) or quota < 1):
-        raise ConfigurationError(f"{where} must be a positive integer or None, not {quota!r}")
 
 
 def _default_storage() -> Storage:
@@ -103,20 +88,7 @@ class CancellationRegistry:
         quota_mode: QuotaMode | _Unset = UNSET,
         quota_overrides: QuotaOverrides | None = None,
     ) -> None:
-        mode: object = quota_mode
-        if isinstance(mode, _Unset):
-            mode = os.environ.get("MCP_CANCELLATION_QUOTA_MODE", "").strip().lower() or "enforce"
-        if mode == "enforce" or mode == "shadow":
-            self._quota_mode: QuotaMode = mode
-        else:
-            raise ConfigurationError(f"quota_mode must be 'enforce' or 'shadow', not {mode!r}")
-        if quota_overrides is not None and not callable(quota_overrides):
-            if not isinstance(quota_overrides, Mapping):
-                raise ConfigurationError("quota_overrides must be a mapping or a callable")
-            for scope, quota in quota_overrides.items():
-                _check_quota(quota, f"quota_overrides[{scope!r}]")
-        self._overrides = quota_overrides
-        self._limits_by_quota: dict[int, Limits] = {}
+        self._quota_mode = quota_mode_of(None if isinstance(quota_mode, _Unset) else quota_mode)
         self._limits = Limits(
             max_rows=int_limit("max_rows", max_rows, "MCP_CANCELLATION_MAX_ROWS", 10_000),
             max_rows_per_scope=int_limit(
@@ -127,6 +99,7 @@ class CancellationRegistry:
             ),
             shadow_quota=self._quota_mode == "shadow",
         )
+        self._quota = QuotaPolicy(self._limits, quota_overrides)
         self._ttl = seconds("ttl", ttl, "MCP_CANCELLATION_TTL", 300.0)
         self._janitor_interval = seconds(
             "janitor_interval", janitor_interval, "MCP_CANCELLATION_JANITOR_INTERVAL", 60.0
@@ -186,31 +159,7 @@ class CancellationRegistry:
 
     def quota_for(self, scope: str) -> int | None:
         """The quota of *scope*: its override if it has one, else ``max_rows_per_scope``."""
-        return self._limits_for(scope).max_rows_per_scope
-
-    def _limits_for(self, scope: str) -> Limits:
-        overrides = self._overrides
-        if overrides is None:
-            return self._limits
-        if callable(overrides):
-            try:
-                quota = overrides(scope)
-                _check_quota(quota, "quota_overrides(...)")
-            except Exception:
-                logger.exception("quota_overrides failed for a scope; the default quota applies")
-                return self._limits
-        else:
-            quota = overrides.get(scope)
-        if quota is None:
-            return self._limits
-        found = self._limits_by_quota.get(quota)
-        if found is None:
-            if len(self._limits_by_quota) >= 1024:  # a callable with unbounded answers
-                self._limits_by_quota.clear()
-            found = self._limits_by_quota[quota] = dataclasses.replace(
-                self._limits, max_rows_per_scope=quota
-            )
-        return found
+        return self._quota.limits_for(scope).max_rows_per_scope
 
     @property
     def cancel_grace(self) -> float:
@@ -320,7 +269,8 @@ class CancellationRegistry:
         """cancel() and cancel_in_flight(): validate, add through the storage, report."""
         key, text = self._prepare(request_id, reason, scope)
         sync = self._sync
-        limits = self._limits if self._overrides is None else self._limits_for(scope)
+        quota = self._quota
+        limits = quota.limits_for(scope) if quota.overridden else self._limits
         if sync is not None:  # never waits: no coroutine per layer on the hot path
             result = sync.add_nowait(scope, key, text, limits, in_flight)
         else:
@@ -471,106 +421,3 @@ class CancellationRegistry:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-class RequestContext(Owner):
-    """The async context manager returned by :meth:`CancellationRegistry.request`.
-
-    It is its own owner record: one object per request on the hot path. It works through
-    the registry's public :attr:`~CancellationRegistry.owners` and
-    :attr:`~CancellationRegistry.storage` only.
-    """
-
-    __slots__ = ("_key", "_owners", "_registry", "_reset", "_scope", "_storage", "_tracked")
-
-    def __init__(
-        self,
-        registry: CancellationRegistry,
-        request_id: object,
-        scope: str,
-        tool: str | None = None,
-    ) -> None:
-        self._registry = registry
-        self._owners = registry.owners
-        self._storage = registry.storage
-        self._scope = scope
-        # Validate eagerly so a bad id fails before the block runs, writing nothing.
-        self._key = None if request_id is None else normalize_id(request_id)
-        self.token: RequestToken = RequestToken(self._key or "", scope, tool)
-        self._tracked = False
-        self._reset: Token[RequestToken | None] | None = None
-
-    async def __aenter__(self) -> RequestToken:
-        token = self.token
-        key = self._key
-        if key is not None:
-            owners = self._owners
-            storage = self._storage
-            self.id = owner_id = owners.new_id()
-            self.obj = current_owner_object()
-            owners.enter(self)
-            try:
-                if storage.synchronous:
-                    storage.track_nowait(self._scope, key, owner_id, token)
-                else:
-                    await storage.track(self._scope, key, owner_id, token)
-            except StorageUnavailable as exc:
-                # The request runs anyway, uncancellable through the storage until it comes
-                # back; finish() below still runs, so a storage that registered the token
-                # locally before failing releases it.
-                logger.warning("tracking request without the storage: %s", exc)
-            except BaseException:
-                owners.leave(owner_id)
-                raise
-            self._tracked = True
-        self._reset = _current.set(token)
-        return token
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._reset is not None:
-            _current.reset(self._reset)
-            self._reset = None
-        if not self._tracked or self._key is None:
-            return
-        self._tracked = False
-        storage = self._storage
-        try:
-            if storage.synchronous:
-                storage.finish_nowait(self._scope, self._key, self.id)
-            else:
-                # Storages complete finish() even if this task is cancelled meanwhile (the
-                # very case cancellation produces), so rows never wait for the janitor.
-                await storage.finish(self._scope, self._key, self.id)
-        except StorageUnavailable as error:
-            # Never turn a finished request into an error: the rows expire with the TTL
-            # and the worker heartbeat instead.
-            logger.warning("could not release request rows: %s", error)
-        finally:
-            self._owners.leave(self.id)
-            self.obj = None
-            if self.token.cancelled and signals.request_stopped.receivers:
-                self._stopped(exc)
-
-    def _stopped(self, exc: BaseException | None) -> None:
-        """Send ``request.stopped``: how the work of this cancelled request ended."""
-        token = self.token
-        outcome = token.outcome
-        if outcome is None:
-            cancelled = isinstance(exc, RequestCancelled | asyncio.CancelledError)
-            outcome = "stopped" if cancelled or token.observed else "completed"
-        elapsed = max(0.0, time.monotonic() - (token.cancelled_at or 0.0))
-        registry = self._registry
-        signals.request_stopped.send(
-            registry,
-            request_id=token.request_id,
-            scope=self._scope,
-            outcome=outcome,
-            seconds=elapsed,
-            tool=token.tool,
-            ignored=elapsed > registry.cancel_grace,
-        )

@@ -1,0 +1,133 @@
+"""``registry.request(id, scope)``: one tracked request, as an async context manager.
+
+Its own owner record (one object per request on the hot path): it tracks the request on
+enter, makes its token the current one for :func:`~mcp_cancellation.cancelled`, and on exit
+untracks it, clears its cancellation row and, if it was cancelled, sends
+``request.stopped``. It works through the registry's public attributes only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextvars import Token
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from . import signals
+from ._ids import normalize_id
+from ._owners import Owner, current_owner_object
+from .context import _current
+from .errors import RequestCancelled, StorageUnavailable
+from .token import RequestToken
+
+if TYPE_CHECKING:
+    from .registry import CancellationRegistry
+
+__all__ = ["RequestContext"]
+
+logger = logging.getLogger("mcp_cancellation")
+
+
+class RequestContext(Owner):
+    """The async context manager returned by :meth:`CancellationRegistry.request`.
+
+    It is its own owner record: one object per request on the hot path. It works through
+    the registry's public :attr:`~CancellationRegistry.owners` and
+    :attr:`~CancellationRegistry.storage` only.
+    """
+
+    __slots__ = ("_key", "_owners", "_registry", "_reset", "_scope", "_storage", "_tracked")
+
+    def __init__(
+        self,
+        registry: CancellationRegistry,
+        request_id: object,
+        scope: str,
+        tool: str | None = None,
+    ) -> None:
+        self._registry = registry
+        self._owners = registry.owners
+        self._storage = registry.storage
+        self._scope = scope
+        # Validate eagerly so a bad id fails before the block runs, writing nothing.
+        self._key = None if request_id is None else normalize_id(request_id)
+        self.token: RequestToken = RequestToken(self._key or "", scope, tool)
+        self._tracked = False
+        self._reset: Token[RequestToken | None] | None = None
+
+    async def __aenter__(self) -> RequestToken:
+        token = self.token
+        key = self._key
+        if key is not None:
+            owners = self._owners
+            storage = self._storage
+            self.id = owner_id = owners.new_id()
+            self.obj = current_owner_object()
+            owners.enter(self)
+            try:
+                if storage.synchronous:
+                    storage.track_nowait(self._scope, key, owner_id, token)
+                else:
+                    await storage.track(self._scope, key, owner_id, token)
+            except StorageUnavailable as exc:
+                # The request runs anyway, uncancellable through the storage until it comes
+                # back; finish() below still runs, so a storage that registered the token
+                # locally before failing releases it.
+                logger.warning("tracking request without the storage: %s", exc)
+            except BaseException:
+                owners.leave(owner_id)
+                raise
+            self._tracked = True
+        self._reset = _current.set(token)
+        return token
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._reset is not None:
+            _current.reset(self._reset)
+            self._reset = None
+        if not self._tracked or self._key is None:
+            return
+        self._tracked = False
+        storage = self._storage
+        try:
+            if storage.synchronous:
+                storage.finish_nowait(self._scope, self._key, self.id)
+            else:
+                # Storages complete finish() even if this task is cancelled meanwhile (the
+                # very case cancellation produces), so rows never wait for the janitor.
+                await storage.finish(self._scope, self._key, self.id)
+        except StorageUnavailable as error:
+            # Never turn a finished request into an error: the rows expire with the TTL
+            # and the worker heartbeat instead.
+            logger.warning("could not release request rows: %s", error)
+        finally:
+            self._owners.leave(self.id)
+            self.obj = None
+            if self.token.cancelled and signals.request_stopped.receivers:
+                self._stopped(exc)
+
+    def _stopped(self, exc: BaseException | None) -> None:
+        """Send ``request.stopped``: how the work of this cancelled request ended."""
+        token = self.token
+        outcome = token.outcome
+        if outcome is None:
+            cancelled = isinstance(exc, RequestCancelled | asyncio.CancelledError)
+            outcome = "stopped" if cancelled or token.observed else "completed"
+        elapsed = max(0.0, time.monotonic() - (token.cancelled_at or 0.0))
+        registry = self._registry
+        signals.request_stopped.send(
+            registry,
+            request_id=token.request_id,
+            scope=self._scope,
+            outcome=outcome,
+            seconds=elapsed,
+            tool=token.tool,
+            ignored=elapsed > registry.cancel_grace,
+        )
