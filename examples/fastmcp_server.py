@@ -20,7 +20,7 @@ from fastmcp import Context, FastMCP
 from starlette.middleware import Middleware
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
-from mcp_cancellation.integrations.fastmcp import fastmcp_middleware
+from mcp_cancellation.integrations.fastmcp import fastmcp_middleware, tool_names
 
 mcp = FastMCP("cancellable-fastmcp-server", middleware=[fastmcp_middleware()])
 
@@ -40,7 +40,9 @@ registry = CancellationRegistry()
 app = mcp.http_app(
     path="/mcp",
     stateless_http=True,
-    middleware=[Middleware(CancellationMiddleware, registry=registry, path="/mcp")],
+    middleware=[
+        Middleware(CancellationMiddleware, registry=registry, path="/mcp", tools=tool_names(mcp))
+    ],
 )
 
 if __name__ == "__main__":

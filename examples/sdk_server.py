@@ -17,7 +17,7 @@ import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
-from mcp_cancellation.integrations.mcp_sdk import cancellable
+from mcp_cancellation.integrations.mcp_sdk import cancellable, tool_names
 
 server = MCPServer("cancellable-sdk-server")
 
@@ -39,6 +39,7 @@ app = CancellationMiddleware(
     server.streamable_http_app(stateless_http=True),  # json_response=True works too
     registry=registry,
     path="/mcp",
+    tools=tool_names(server),  # the tool label of the cancel-to-stop metrics
 )
 
 if __name__ == "__main__":

@@ -220,3 +220,27 @@ async def test_made_up_tool_names_never_become_label_values(
     await asyncio.gather(*(call(i) for i in range(1_000)))
     assert labels == {"echo", "other"}
     await harness.wait_empty()
+
+
+async def test_tool_names_list_what_the_server_registered() -> None:
+    from fastmcp import FastMCP
+    from mcp.server.mcpserver import MCPServer
+
+    from mcp_cancellation.integrations import fastmcp, mcp_sdk
+
+    fast = FastMCP("names")
+    sdk = MCPServer("names")
+
+    @fast.tool
+    async def fast_tool(x: int) -> int:
+        return x
+
+    @sdk.tool()
+    async def sdk_tool(x: int) -> int:
+        return x
+
+    assert await fastmcp.tool_names(fast)() == ["fast_tool"]
+    assert await mcp_sdk.tool_names(sdk)() == ["sdk_tool"]
+    # A tool added later is found by the next listing (the middleware asks every 5 s).
+    sdk.add_tool(fast_tool, name="later")
+    assert sorted(await mcp_sdk.tool_names(sdk)()) == ["later", "sdk_tool"]

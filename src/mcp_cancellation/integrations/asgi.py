@@ -364,7 +364,12 @@ class CancellationMiddleware:
         caller = self.caller_scope(scope)
         tool = None
         if parsed.method == _jsonrpc.TOOLS_CALL_METHOD:
-            tool = await self._tool_label(parsed.params)
+            if (
+                self._tool_source is not None
+                and time.monotonic() - self._tools_read_at > TOOLS_REFRESH_SECONDS
+            ):
+                await self._read_tools()
+            tool = self._tool_label(parsed.params)
         try:
             context = self.registry.request(parsed.request_id, caller, tool=tool)
         except InvalidRequestId:
@@ -374,18 +379,15 @@ class CancellationMiddleware:
         async with context as token:
             await Exchange(self, scope, receive, send, body, token, caller).run()
 
-    async def _tool_label(self, params: object) -> str:
+    def _tool_label(self, params: object) -> str:
         """The ``tool`` label of a ``tools/call``: its name if the server registered it,
         else ``other`` (a client must not mint label values with made-up names)."""
-        if (
-            self._tool_source is not None
-            and time.monotonic() - self._tools_read_at > TOOLS_REFRESH_SECONDS
-        ):
-            await self._read_tools()
         name = params.get("name") if isinstance(params, dict) else None
         return name if isinstance(name, str) and name in self._tool_names else OTHER_TOOL
 
     async def _read_tools(self) -> None:
+        """Ask the ``tools`` callable for the server's tool names (at most every
+        :data:`TOOLS_REFRESH_SECONDS`); on failure the names stay as they were."""
         assert self._tool_source is not None
         self._tools_read_at = time.monotonic()
         try:
