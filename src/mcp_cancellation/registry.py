@@ -15,7 +15,6 @@ import logging
 import os
 import time
 import uuid
-from types import TracebackType
 from typing import NamedTuple
 
 from . import signals
@@ -414,10 +413,5 @@ class CancellationRegistry:
         self.start_janitor()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()

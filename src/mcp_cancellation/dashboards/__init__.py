@@ -27,10 +27,9 @@ ships so the dashboards can be rebuilt from an installed copy, e.g.
 
 from __future__ import annotations
 
-from ._panels import DASHBOARDS
 from .config import RUNBOOK_BASE, SCHEMA_VERSION, DashboardConfig
 from .export import PROMETHEUS_RULE_FILE, RULE_FORMATS, check_directory, export, main
-from .generation import build_dashboard, dashboards, render
+from .generation import DASHBOARDS, build_dashboard, dashboards, render
 from .rules import (
     RULES_FILE,
     check_rules,

@@ -6,10 +6,18 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._panels import DASHBOARDS, Panel, Row, fill
+from ._abusive import ABUSIVE
+from ._overview import OVERVIEW
+from ._panels import ABUSIVE_UID, OVERVIEW_UID, Panel, Row, fill
 from .config import DEFAULT, SCHEMA_VERSION, DashboardConfig
 
-__all__ = ["build_dashboard", "dashboards", "render"]
+__all__ = ["DASHBOARDS", "build_dashboard", "dashboards", "render"]
+
+#: file name -> (uid, title, panels)
+DASHBOARDS: dict[str, tuple[str, str, tuple[Panel | Row, ...]]] = {
+    "overview.json": (OVERVIEW_UID, "MCP cancellation — overview", OVERVIEW),
+    "abusive-scopes.json": (ABUSIVE_UID, "MCP cancellation — abusive scopes", ABUSIVE),
+}
 
 
 def _variables(config: DashboardConfig) -> list[dict[str, Any]]:

@@ -233,16 +233,9 @@ class PrometheusBridge(Bridge):
             self._cleanup["in_flight"].inc(in_flight_removed)
 
     @never_raise
-    def _on_stopped(
-        self,
-        sender: object,
-        *,
-        scope: str,
-        outcome: str,
-        seconds: float,
-        tool: str | None,
-        ignored: bool,
-        **_: object,
+    def _on_stopped(  # the keywords of signals.request_stopped
+        self, sender: object, *, scope: str, outcome: str, seconds: float, tool: str | None,
+        ignored: bool, **_: object,
     ) -> None:
         key = (scope_kind(scope), outcome)
         child = self._stop_seconds.get(key)
