@@ -1,6 +1,6 @@
 """A stateless MCP server (the ``mcp`` SDK's ``MCPServer``) whose tool calls can be cancelled.
 
-Run:  python examples/sdk_server.py
+Run:  python examples/sdk_server.py [--port 8000] [--json-response]
 (then: ./dev client, or python examples/client_cancel.py)
 
 ``CancellationMiddleware`` wraps the SDK's Starlette app; ``@cancellable`` makes a tool
@@ -35,16 +35,24 @@ async def slow_count(seconds: int, ctx: Context) -> str:
 
 
 registry = CancellationRegistry()
-app = CancellationMiddleware(
-    server.streamable_http_app(stateless_http=True),  # json_response=True works too
-    registry=registry,
-    path="/mcp",
-    tools=tool_names(server),  # the tool label of the cancel-to-stop metrics
-)
+
+
+def make_app(json_response: bool = False) -> CancellationMiddleware:
+    """The SDK's app (SSE answers, or one JSON body each) behind the middleware."""
+    return CancellationMiddleware(
+        server.streamable_http_app(stateless_http=True, json_response=json_response),
+        registry=registry,
+        path="/mcp",
+        tools=tool_names(server),  # the tool label of the cancel-to-stop metrics
+    )
+
+
+app = make_app()
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--json-response", action="store_true", help="answer in JSON, not SSE")
     args = parser.parse_args()
     # One INFO line per cancelled call (scope kind, id, reason, how it ended), from the
     # middleware's logger, on a plain handler of its own (the SDK styles the root one).
@@ -54,4 +62,4 @@ if __name__ == "__main__":
     package_logger.addHandler(handler)
     package_logger.setLevel(logging.INFO)
     package_logger.propagate = False
-    uvicorn.run(app, host="127.0.0.1", port=args.port)
+    uvicorn.run(make_app(args.json_response), host="127.0.0.1", port=args.port)

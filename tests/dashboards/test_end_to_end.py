@@ -55,14 +55,8 @@ def _has_data(result: list[dict[str, Any]]) -> bool:
 
 def test_dashboards_and_alerts_against_real_prometheus(tmp_path: Path) -> None:
     demo_args = (
-        "--trusted-proxy",
-        "127.0.0.1",
-        "--max-rows",
-        str(CAP),
-        "--max-rows-per-scope",
-        str(QUOTA),
-        "--log-level",
-        "warning",
+        *("--trusted-proxy", "127.0.0.1", "--log-level", "warning"),
+        *("--max-rows", str(CAP), "--max-rows-per-scope", str(QUOTA)),
     )
     queries = [
         query

@@ -47,16 +47,9 @@ def _scalar(prometheus: PrometheusServer, expr: str, at: float) -> float | None:
 
 async def test_two_demos_on_one_redis_count_the_table_once(tmp_path: Path) -> None:
     args = (
-        "--trusted-proxy",
-        "127.0.0.1",
-        "--max-rows",
-        str(CAP),
-        "--max-rows-per-scope",
-        str(QUOTA),
-        "--stream-cancel-timeout",
-        "1",
-        "--log-level",
-        "warning",
+        *("--trusted-proxy", "127.0.0.1", "--log-level", "warning"),
+        *("--max-rows", str(CAP), "--max-rows-per-scope", str(QUOTA)),
+        *("--stream-cancel-timeout", "1"),
     )
     with RedisServer() as redis:
         redis_args = ("--redis", redis.url, "--redis-prefix", "shared-table-test")

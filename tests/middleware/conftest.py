@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -339,3 +340,21 @@ async def start_and_cancel(
         )
         assert response.status_code == 202
     return final_message(answers[0])
+
+
+@contextlib.asynccontextmanager
+async def workers_sharing(url: str, count: int = 2) -> AsyncIterator[list[CancellationRegistry]]:
+    """*count* registries on one Redis table at *url* (a fresh prefix), as *count* worker
+    processes have; closed, with their connections and background tasks, at the end."""
+    from mcp_cancellation.storage.redis import RedisStorage
+
+    prefix = f"workers-{uuid.uuid4().hex[:8]}"
+    registries = [
+        CancellationRegistry(RedisStorage.from_url(url, prefix=prefix), janitor_interval=None)
+        for _ in range(count)
+    ]
+    try:
+        yield registries
+    finally:
+        for registry in registries:
+            await registry.aclose()

@@ -23,11 +23,18 @@ from prometheus_client import CollectorRegistry
 
 from mcp_cancellation import CancellationRegistry, signals
 from mcp_cancellation.storage.memory import MemoryStorage
-from mcp_cancellation.storage.redis import RedisStorage
 from mcp_cancellation.telemetry.prometheus import metrics_app
 
 from ..support import RedisServer, async_wait_until
-from .conftest import SSE_AND_JSON, Harness, Serve, call_body, cancel_body, final_message
+from .conftest import (
+    SSE_AND_JSON,
+    Harness,
+    Serve,
+    call_body,
+    cancel_body,
+    final_message,
+    workers_sharing,
+)
 from .test_disconnect import HANDSHAKE, call_then_hang_up
 
 TOOLS = ["poll", "stuck", "hold", "echo"]
@@ -153,42 +160,36 @@ async def test_recorded_on_one_worker_stopped_on_another_observed_once(
     redis_server: RedisServer,
     stopped: list[dict[str, Any]],
 ) -> None:
-    prefix = f"stop-{uuid.uuid4().hex[:8]}"
-    registries = [
-        CancellationRegistry(
-            RedisStorage.from_url(redis_server.url, prefix=prefix), janitor_interval=None
-        )
-        for _ in range(2)
-    ]
-    bridges = [metrics_app(r, collector_registry=CollectorRegistry()) for r in registries]
-    try:
-        worker_a = serve("sdk", json_response=True, registry=registries[0], tools=TOOLS)
-        worker_b = serve("sdk", json_response=True, registry=registries[1], tools=TOOLS)
-        answers: list[httpx.Response] = []
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_start, worker_b, http, "shared", "poll", {"seconds": 30}, answers)
-            await worker_b.wait_started()
-            response = await http.post(
-                worker_a.url, json=cancel_body("shared"), headers=SSE_AND_JSON
+    async with workers_sharing(redis_server.url) as registries:
+        bridges = [metrics_app(r, collector_registry=CollectorRegistry()) for r in registries]
+        try:
+            worker_a = serve("sdk", json_response=True, registry=registries[0], tools=TOOLS)
+            worker_b = serve("sdk", json_response=True, registry=registries[1], tools=TOOLS)
+            answers: list[httpx.Response] = []
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_start, worker_b, http, "shared", "poll", {"seconds": 30}, answers)
+                await worker_b.wait_started()
+                response = await http.post(
+                    worker_a.url, json=cancel_body("shared"), headers=SSE_AND_JSON
+                )
+                assert response.status_code == 202
+            assert final_message(answers[0])["error"]["code"] == -32800
+            await async_wait_until(lambda: len(stopped) >= 1, within=10)
+            (event,) = stopped
+            assert event["sender"] is registries[1]  # the worker that ran it
+            assert (event["outcome"], event["tool"]) == ("stopped", "poll")
+            line = (
+                'mcp_cancellation_cancel_to_stop_seconds_count{outcome="stopped",scope_kind="ip"}'
             )
-            assert response.status_code == 202
-        assert final_message(answers[0])["error"]["code"] == -32800
-        await async_wait_until(lambda: len(stopped) >= 1, within=10)
-        (event,) = stopped
-        assert event["sender"] is registries[1]  # the worker that ran it
-        assert (event["outcome"], event["tool"]) == ("stopped", "poll")
-        line = 'mcp_cancellation_cancel_to_stop_seconds_count{outcome="stopped",scope_kind="ip"}'
-        counts = []
-        for app in bridges:
-            body, _ = await app.bridge.render()
-            found = [x for x in body.decode().splitlines() if x.startswith(line)]
-            counts.append(found[0] if found else None)
-        assert counts == [None, line + " 1.0"]
-    finally:
-        for app in bridges:
-            app.bridge.uninstall()
-        for registry in registries:
-            await registry.aclose()
+            counts = []
+            for app in bridges:
+                body, _ = await app.bridge.render()
+                found = [x for x in body.decode().splitlines() if x.startswith(line)]
+                counts.append(found[0] if found else None)
+            assert counts == [None, line + " 1.0"]
+        finally:
+            for app in bridges:
+                app.bridge.uninstall()
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)

@@ -22,9 +22,12 @@ def _answers(url: str) -> bool:
     return True
 
 
-@pytest.mark.parametrize("example", ["sdk_server.py", "fastmcp_server.py"])
+@pytest.mark.parametrize(
+    ("example", "options"),
+    [("sdk_server.py", ()), ("sdk_server.py", ("--json-response",)), ("fastmcp_server.py", ())],
+)
 def test_an_example_server_cancels_three_ways_and_logs_each(
-    example: str, tmp_path: pytest.TempPathFactory
+    example: str, options: tuple[str, ...], tmp_path: pytest.TempPathFactory
 ) -> None:
     log = tmp_path / "server.log"  # type: ignore[operator]
     server_log = ServerLog(f"examples/{example}", log)
@@ -33,7 +36,7 @@ def test_an_example_server_cancels_three_ways_and_logs_each(
     def spawn(port: int) -> subprocess.Popen[bytes]:
         with log.open("wb") as out:
             return subprocess.Popen(
-                [sys.executable, str(root / "examples" / example), "--port", str(port)],
+                [sys.executable, str(root / "examples" / example), "--port", str(port), *options],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=root,

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import uuid
-
 import anyio
 import httpx
 import pytest
 
-from mcp_cancellation import REQUEST_CANCELLED, CancellationRegistry
-from mcp_cancellation.storage.redis import RedisStorage
+from mcp_cancellation import REQUEST_CANCELLED
 
 from ..support import RedisServer, async_wait_until
-from .conftest import SSE_AND_JSON, Serve, call_body, cancel_body, final_message
+from .conftest import (
+    SSE_AND_JSON,
+    Serve,
+    call_body,
+    cancel_body,
+    final_message,
+    workers_sharing,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
@@ -20,14 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 async def test_cancel_on_one_worker_stops_call_on_another(
     serve: Serve, http: httpx.AsyncClient, redis_server: RedisServer
 ) -> None:
-    prefix = f"mw-{uuid.uuid4().hex[:8]}"
-    registries = [
-        CancellationRegistry(
-            RedisStorage.from_url(redis_server.url, prefix=prefix), janitor_interval=None
-        )
-        for _ in range(2)
-    ]
-    try:
+    async with workers_sharing(redis_server.url) as registries:
         worker_a = serve("sdk", json_response=True, registry=registries[0])
         worker_b = serve("sdk", json_response=True, registry=registries[1])
         answers: list[httpx.Response] = []
@@ -58,6 +55,3 @@ async def test_cancel_on_one_worker_stops_call_on_another(
             return stats.total_rows == 0 and stats.total_in_flight == 0
 
         await async_wait_until(empty, within=10)
-    finally:
-        for registry in registries:
-            await registry.aclose()  # its storage's connections and background tasks

@@ -11,7 +11,7 @@ from ._util import in_flight, rows
 
 
 class _Held:
-    """A request served by its own task, held open until released."""
+    """A request served by its own task (``registry.request()``), held open until released."""
 
     def __init__(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
         self.entered = asyncio.Event()
@@ -35,29 +35,14 @@ class _Held:
         await self.task
 
 
-class _Tracked:
-    """A task that tracks an id with track() and untracks it when released."""
+class _Tracked(_Held):
+    """The same, with ``track()`` and ``untrack()`` instead of ``request()``."""
 
-    def __init__(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-        self.token: RequestToken | None = None
-        self.task = asyncio.create_task(self._run(registry, request_id, scope))
-
-    async def _run(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
+    async def _serve(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
         self.token = await registry.track(request_id, scope=scope)
         self.entered.set()
         await self.release.wait()
         await registry.untrack(request_id, scope=scope)
-
-    async def started(self) -> RequestToken:
-        await self.entered.wait()
-        assert self.token is not None
-        return self.token
-
-    async def finish(self) -> None:
-        self.release.set()
-        await self.task
 
 
 async def test_track_untrack_in_flight(registry: CancellationRegistry) -> None:
