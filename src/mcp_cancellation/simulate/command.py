@@ -131,28 +131,15 @@ def add_parser(subparsers: Any) -> None:
     arg("--call-seconds", type=int, default=defaults.call_seconds, help="slow_count length")
     arg("--flood-rate", type=float, default=defaults.flood_rate, help="flood notifications/s")
     arg("--flood-addresses", type=int, default=defaults.flood_addresses, help="flood sources")
-    arg(
-        "--flood-invalid-share",
-        type=float,
-        default=defaults.flood_invalid_share,
-        help="share of flood notifications with an invalid id, rejected (default %(default)s)",
-    )
+    invalid = "share of flood notifications with an invalid id, rejected (default %(default)s)"
+    arg("--flood-invalid-share", type=float, default=defaults.flood_invalid_share, help=invalid)
     arg("--hogs", type=int, default=defaults.hogs, help="scopes that sit at their quota")
-    arg(
-        "--hog-calls",
-        type=int,
-        default=defaults.hog_calls,
-        help="calls each hog keeps in flight (default: 1.5 x the server's quota, from /metrics)",
-    )
+    hog_calls = "calls each hog keeps in flight (default: 1.5 x the server's quota, from /metrics)"
+    arg("--hog-calls", type=int, default=defaults.hog_calls, help=hog_calls)
     arg("--hog-tool", default=defaults.hog_tool, help="a tool that ignores cancellation polls")
     arg("--hog-call-seconds", type=float, default=defaults.hog_call_seconds, help="its length")
-    arg(
-        "--ignorers",
-        type=int,
-        default=defaults.ignorers,
-        help="clients calling a tool that ignores cancellation, and cancelling it "
-        "(default %(default)s)",
-    )
+    ignorers = "clients calling a tool that ignores cancellation, and cancelling it (%(default)s)"
+    arg("--ignorers", type=int, default=defaults.ignorers, help=ignorers)
     arg("--ignorer-tool", default=defaults.ignorer_tool, help="the tool they call")
     arg(
         "--ignorer-call-seconds",
