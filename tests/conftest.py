@@ -1,9 +1,10 @@
-"""Shared fixtures: the real redis-server and the storage backend matrix.
+"""Shared fixtures: the real redis-server, the real Redis Cluster and the storage backend
+matrix.
 
 Every registry semantic test takes ``make_registry`` (or ``registry``) and so runs once per
-backend in ``BACKENDS``: the in-memory storage and a real ``redis-server`` started once per
-session on a free loopback port. Redis tests get a fresh key prefix each, so they never see
-each other's rows.
+backend in ``BACKENDS``: the in-memory storage, a real ``redis-server`` and a real Redis
+Cluster (three masters, three replicas), both started once per session on free loopback
+ports. Redis tests get a fresh key prefix each, so they never see each other's rows.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import pytest
 
 from mcp_cancellation import CancellationRegistry, MemoryStorage, Storage
 
-from .support import RedisServer, Registries, ServerLog, server_log_tails
+from .support import RedisClusterServers, RedisServer, Registries, ServerLog, server_log_tails
 
-BACKENDS = ["memory", "redis"]
+BACKENDS = ["memory", "redis", pytest.param("redis-cluster", marks=pytest.mark.cluster)]
 
 MakeRegistry = Callable[..., CancellationRegistry]
 
@@ -44,10 +45,26 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """One real Redis Cluster for the session (a failover test starts its own)."""
+    with RedisClusterServers(session=True) as cluster:
+        yield cluster
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     return name
+
+
+def redis_url(backend: str, request: pytest.FixtureRequest) -> str:
+    """The URL of the session's server of a Redis *backend* (``redis``, ``redis-cluster``)."""
+    if backend == "redis-cluster":
+        cluster: RedisClusterServers = request.getfixturevalue("redis_cluster")
+        return cluster.url
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
 
 
 @pytest.fixture
@@ -55,14 +72,14 @@ def make_storage(backend: str, request: pytest.FixtureRequest) -> Callable[[], S
     """Build a fresh storage of the current backend (a new key prefix each time on Redis)."""
     if backend == "memory":
         return MemoryStorage
-    server: RedisServer = request.getfixturevalue("redis_server")
+    url = redis_url(backend, request)
     from mcp_cancellation.storage.redis import RedisStorage
 
     def make() -> Storage:
         # A tiny eviction chunk: the semantic tests' batches of 3 to 5 rows then take several
         # scripts, so the whole matrix checks that a split batch keeps the exact rules.
         prefix = f"test-{uuid.uuid4().hex[:10]}"
-        return RedisStorage.from_url(server.url, prefix=prefix, eviction_chunk=2)
+        return RedisStorage.from_url(url, prefix=prefix, eviction_chunk=2)
 
     return make
 

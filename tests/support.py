@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -121,6 +122,21 @@ def free_port() -> int:
         return port
 
 
+def free_cluster_port() -> int:
+    """A free port *p* whose cluster bus port *p* + 10000 is free too (and below 65536)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 30000)
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    sock.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free pair of ports for a cluster node")
+
+
 def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> None:
     """Poll *predicate* until it is true; fail the test after *timeout* seconds."""
     deadline = time.monotonic() + timeout
@@ -193,12 +209,15 @@ class RedisServer:
     outage. Extra ``redis-server`` arguments go in *args*.
     """
 
-    def __init__(self, *args: str, session: bool = False) -> None:
+    def __init__(
+        self, *args: str, session: bool = False, pick_port: Callable[[], int] = free_port
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed; run ./dev test to install it")
         self.binary = binary
-        self.port = free_port()
+        self._pick_port = pick_port
+        self.port = pick_port()
         self.args = args
         self.dir = tempfile.mkdtemp(prefix="mcp-cancellation-redis-")
         self.log = ServerLog(
@@ -225,7 +244,7 @@ class RedisServer:
                 return
             if self._started or "Address already in use" not in self._new_log:
                 break
-            self.port = free_port()
+            self.port = self._pick_port()
         raise RuntimeError(f"redis-server did not start:\n{self._new_log or self.log.tail()}")
 
     _started = False
@@ -297,6 +316,148 @@ class RedisServer:
 
     def __enter__(self) -> RedisServer:
         self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RedisClusterServers:
+    """A real Redis Cluster on 127.0.0.1: *masters* masters with *replicas* replicas each,
+    every node a :class:`RedisServer` with ``--cluster-enabled yes``, joined by
+    ``redis-cli --cluster create``. Ready when every node reports ``cluster_state:ok``
+    and every replica's link to its master is up.
+
+    :meth:`kill_master_of` SIGKILLs the master that serves a key and waits until a replica
+    took its slots over, as a crash of that machine would.
+    """
+
+    #: Short, so that a failover takes a few seconds (the default is 15 s).
+    NODE_TIMEOUT_MS = 1000
+
+    def __init__(self, masters: int = 3, replicas: int = 1, *, session: bool = False) -> None:
+        self.nodes = [
+            RedisServer(
+                *("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"),
+                *("--cluster-node-timeout", str(self.NODE_TIMEOUT_MS)),
+                session=session,
+                pick_port=free_cluster_port,
+            )
+            for _ in range(masters * (1 + replicas))
+        ]
+        self.replicas = replicas
+        self.create_log = ""
+
+    @property
+    def url(self) -> str:
+        """The package's cluster URL: every node, comma-separated."""
+        hosts = ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+        return f"redis+cluster://{hosts}"
+
+    @property
+    def running(self) -> list[RedisServer]:
+        return [node for node in self.nodes if node.process is not None]
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is not installed; run ./dev test to install it")
+        created = subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{node.port}" for node in self.nodes),
+                "--cluster-replicas",
+                str(self.replicas),
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        self.create_log = created.stdout + created.stderr
+        if created.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{self.create_log}")
+        self.wait_healthy()
+
+    def info(self, node: RedisServer, *command: str) -> dict[str, str]:
+        """``key:value`` lines of an INFO-like reply of *node* (``{}`` if it is down)."""
+        import redis
+
+        try:
+            with redis.Redis(port=node.port, socket_timeout=2, decode_responses=True) as client:
+                reply = client.execute_command(*command)
+        except redis.RedisError:
+            return {}
+        if isinstance(reply, dict):
+            return {str(k): str(v) for k, v in reply.items()}
+        lines = str(reply).splitlines()
+        return dict(line.split(":", 1) for line in lines if ":" in line)
+
+    def healthy(self) -> bool:
+        for node in self.running:
+            if self.info(node, "CLUSTER", "INFO").get("cluster_state") != "ok":
+                return False
+            replication = self.info(node, "INFO", "replication")
+            if replication.get("role") == "slave" and (
+                replication.get("master_link_status") != "up"
+            ):
+                return False
+        return True
+
+    def wait_healthy(self, timeout: float = 30) -> None:
+        wait_until(self.healthy, timeout=timeout, interval=0.1)
+
+    def master_of(self, key: bytes | str) -> RedisServer:
+        """The running node that is master of *key*'s slot now."""
+        import redis
+        from redis.crc import key_slot
+
+        slot = key_slot(key.encode() if isinstance(key, str) else key)
+        for node in self.running:
+            try:
+                with redis.Redis(port=node.port, socket_timeout=2) as client:
+                    ranges = client.execute_command("CLUSTER", "SLOTS")
+            except redis.RedisError:
+                continue
+            for start, end, master, *_ in ranges:
+                if int(start) <= slot <= int(end):
+                    port = int(master[1])
+                    return next(n for n in self.nodes if n.port == port)
+        raise AssertionError(f"no running node serves slot {slot}")
+
+    def kill_master_of(self, key: bytes | str, timeout: float = 30) -> RedisServer:
+        """SIGKILL *key*'s master; return it once another node is master of the slot."""
+        victim = self.master_of(key)
+        victim.kill()
+        wait_until(lambda: self._promoted(key, victim), timeout=timeout, interval=0.1)
+        return victim
+
+    def _promoted(self, key: bytes | str, victim: RedisServer) -> bool:
+        try:
+            return self.master_of(key) is not victim and self.healthy()
+        except AssertionError:
+            return False
+
+    def restart(self, node: RedisServer) -> None:
+        """Start a killed node again: it rejoins (as a replica) and the cluster heals."""
+        node.start()
+        self.wait_healthy()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+    def __enter__(self) -> RedisClusterServers:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -17,7 +17,8 @@ from mcp_cancellation import (
     Storage,
 )
 
-from ..support import RedisServer, async_wait_until
+from ..conftest import redis_url
+from ..support import async_wait_until
 from ._util import rows
 
 Pair = tuple[CancellationRegistry, CancellationRegistry]
@@ -33,9 +34,9 @@ async def workers(backend: str, request: pytest.FixtureRequest) -> AsyncIterator
     else:
         from mcp_cancellation.storage.redis import RedisStorage
 
-        server: RedisServer = request.getfixturevalue("redis_server")
+        url = redis_url(backend, request)
         prefix = f"shared-{uuid.uuid4().hex[:10]}"
-        storages = [RedisStorage.from_url(server.url, prefix=prefix) for _ in range(2)]
+        storages = [RedisStorage.from_url(url, prefix=prefix) for _ in range(2)]
     first, second = (
         CancellationRegistry(storage, max_rows_per_scope=3, janitor_interval=None)
         for storage in storages

@@ -32,8 +32,11 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis_errors.TimeoutError,
     redis_errors.ReadOnlyError,  # a replica promoted or demoted under us
     redis_errors.OutOfMemoryError,  # maxmemory reached: degrade, do not fail requests
-    redis_errors.ClusterDownError,
+    redis_errors.ClusterDownError,  # a cluster in failover: the slot has no master yet
     redis_errors.TryAgainError,
+    redis_errors.MasterDownError,
+    redis_errors.ClusterError,  # redirections exhausted (a topology in flux)
+    redis_errors.RedisClusterException,  # no startup node answers; slot not covered
     TimeoutError,
     OSError,
 )
@@ -51,11 +54,22 @@ class HomeLoop:
     """Runs a storage's calls on its home loop, bounded by *timeout*, errors translated.
 
     *on_call* runs on the home loop before each call (the storage starts its background
-    tasks there); *health* hears how each call went.
+    tasks there); *health* hears how each call went. With *concurrency*, at most that
+    many calls run at once and the others wait their turn (within the timeout): for a
+    client whose pool fails fast when it is exhausted (redis-py's cluster client) this
+    gives the waiting pool of one server.
     """
 
-    def __init__(self, timeout: float, on_call: Callable[[], None], health: Health) -> None:
+    def __init__(
+        self,
+        timeout: float,
+        on_call: Callable[[], None],
+        health: Health,
+        concurrency: int | None = None,
+    ) -> None:
         self.timeout = timeout
+        self._concurrency = concurrency
+        self._gate: asyncio.Semaphore | None = None
         self._on_call = on_call
         self.health = health
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -81,7 +95,13 @@ class HomeLoop:
         cancelling = task.cancelling() if task is not None else 0
         try:
             async with asyncio.timeout(self.timeout):
-                result = await fn()
+                if self._concurrency is None:
+                    result = await fn()
+                else:
+                    if self._gate is None:
+                        self._gate = asyncio.Semaphore(self._concurrency)
+                    async with self._gate:
+                        result = await fn()
         except UNAVAILABLE as exc:
             if task is not None and task.cancelling() > cancelling:
                 raise asyncio.CancelledError from exc

@@ -2,8 +2,9 @@
 cancellation, the heartbeat that keeps this worker's rows alive, and the resync that
 repairs both after a disconnect.
 
-* The listener subscribes to this worker's channel (``P c:<worker>``), pings a connection
-  that silently stopped answering and reconnects with exponential backoff.
+* The listener subscribes to this worker's channel (``P c:<worker>``; on a cluster a
+  sharded channel on the slot's master, :mod:`._cluster`), pings a connection that
+  silently stopped answering and reconnects with exponential backoff.
 * The heartbeat refreshes ``P hb:<worker>`` every third of its TTL; when the key was
   missing (Redis restarted, or the worker was cut off beyond the TTL), or after every
   (re)subscription, it resynchronises.
@@ -18,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ...errors import StorageUnavailable
 from ._codec import decode_reason, split_netstrings, text, to_bytes
@@ -28,13 +29,46 @@ from ._local import LocalRequests
 if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.asyncio.client import PubSub
+    from redis.asyncio.cluster import RedisCluster
 
-__all__ = ["Push"]
+__all__ = ["ChannelSubscription", "Push", "Subscription"]
 
 logger = logging.getLogger("mcp_cancellation.redis")
 
 #: Runs one of the storage's Lua scripts by name with the given arguments.
 RunScript = Callable[..., Awaitable[Any]]
+
+
+class Subscription(Protocol):
+    """How the listener holds its channel: the message types it sees, and how a
+    subscription is opened and its resources released."""
+
+    confirmation: str
+    message: str
+    lost: str | None
+
+    async def open(self, channel: bytes) -> PubSub: ...
+
+    async def close(self) -> None: ...
+
+
+class ChannelSubscription:
+    """``SUBSCRIBE`` on the storage's own client (one Redis server)."""
+
+    confirmation = "subscribe"
+    message = "message"
+    lost: str | None = None
+
+    def __init__(self, client: Redis) -> None:
+        self._client = client
+
+    async def open(self, channel: bytes) -> PubSub:
+        pubsub = self._client.pubsub()
+        await pubsub.subscribe(channel)
+        return pubsub
+
+    async def close(self) -> None:
+        return None
 
 
 class Push:
@@ -43,7 +77,8 @@ class Push:
     def __init__(
         self,
         *,
-        client: Redis,
+        client: Redis | RedisCluster,
+        subscription: Subscription,
         home: HomeLoop,
         prefix: bytes,
         local: LocalRequests,
@@ -54,6 +89,7 @@ class Push:
     ) -> None:
         self.worker = ""  # set by the storage before the first call
         self._client = client
+        self._subscription = subscription
         self._home = home
         self._prefix = prefix
         self._local = local
@@ -127,11 +163,12 @@ class Push:
         # reconnect when nothing, not even the pong, came back in time.
         ping_every = min(self.heartbeat_ttl / 3, 10.0)
         loop = asyncio.get_running_loop()
+        subscription = self._subscription
         while not self._home.closed:
-            pubsub: PubSub = self._client.pubsub()
+            pubsub: PubSub | None = None
             try:
                 async with asyncio.timeout(timeout):
-                    await pubsub.subscribe(channel)
+                    pubsub = await subscription.open(channel)
                 last_seen = next_ping = loop.time()
                 while True:
                     message = await pubsub.get_message(timeout=min(1.0, ping_every))
@@ -147,13 +184,15 @@ class Push:
                         continue
                     last_seen = now
                     kind = text(message["type"])
-                    if kind == "subscribe":
+                    if kind == subscription.confirmation:
                         self.subscribed = True
                         self._home.health.answered()
                         delay = self._backoff[0]
                         self._resync_wanted.set()  # messages may have been missed
-                    elif kind == "message":
+                    elif kind == subscription.message:
                         self.deliver(message["data"])
+                    elif kind == subscription.lost:
+                        raise ConnectionError("the server dropped the subscription")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any failure: reconnect with backoff, never die
@@ -164,10 +203,14 @@ class Push:
                 self.subscribed = False
             finally:
                 self.subscribed = False
+                if pubsub is not None:
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(timeout):
+                            # (Any: redis-py types aclose() from 8.2 on, not before)
+                            await cast(Any, pubsub).aclose()
                 with contextlib.suppress(Exception):
                     async with asyncio.timeout(timeout):
-                        # (Any: redis-py types aclose() from 8.2 on, not before)
-                        await cast(Any, pubsub).aclose()
+                        await subscription.close()
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._backoff[1])
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 __all__ = [
     "ADD",
+    "source",
     "CLEANUP",
     "FINISH",
     "REMOVE",
@@ -460,3 +461,10 @@ end
 return {removed, in_flight_removed, more}
 """
 )
+
+
+def source(name: str, *, sharded: bool = False) -> str:
+    """The text of script *name*; with *sharded* (a cluster), pushes use ``SPUBLISH``, so
+    a message stays within the table's shard (the channel shares the keys' hash tag)."""
+    text: str = globals()[name]
+    return text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'") if sharded else text

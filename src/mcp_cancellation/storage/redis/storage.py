@@ -21,15 +21,23 @@ from .._health import Health
 from .._in_flight import Row
 from ..base import AddResult, Limits, Storage, StorageStats, TableSummary
 from . import _scripts as scripts
+from ._cluster import (
+    ShardSubscription,
+    cluster_from_url,
+    cluster_identity,
+    is_cluster,
+    is_cluster_url,
+)
 from ._codec import decode_reason, encode_reason, member, split_netstrings, text, to_bytes
 from ._home import HomeLoop
 from ._local import LocalRequests
-from ._push import Push
+from ._push import ChannelSubscription, Push, Subscription
 
 with requires("redis", "RedisStorage"):
     from redis.asyncio import BlockingConnectionPool, Redis
+    from redis.asyncio.cluster import RedisCluster
     from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
+    from redis.backoff import ExponentialBackoff, NoBackoff
 
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
@@ -47,8 +55,10 @@ T = TypeVar("T")
 _SCRIPTS = ("ADD", "TRACK", "UNTRACK", "REMOVE", "FINISH", "RESYNC", "CLEANUP", "SUMMARY")
 
 
-def _identity(client: Redis, prefix: str) -> str:
+def _identity(client: Redis | RedisCluster, prefix: str) -> str:
     """Where the table lives, from the client's connection settings (no credentials)."""
+    if isinstance(client, RedisCluster):
+        return cluster_identity(client, prefix)
     pool = getattr(client, "connection_pool", None)
     kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", None) or {}
     db = kwargs.get("db", 0)
@@ -76,9 +86,13 @@ def _collect_evicted(evicted: list[tuple[str, int]], reply: list[Any]) -> None:
 class RedisStorage(Storage):
     """Rows in Redis, shared by every worker and node that uses the same prefix.
 
-    *client* is a ``redis.asyncio.Redis`` client (prefer ``decode_responses=False`` and
-    bounded ``socket_timeout`` / ``socket_connect_timeout``); :meth:`from_url` builds one
-    with sensible bounds. *timeout* caps every storage call, retries included.
+    *client* is a ``redis.asyncio.Redis`` client, or a ``redis.asyncio.RedisCluster`` for
+    a Redis Cluster (prefer ``decode_responses=False`` and bounded ``socket_timeout`` /
+    ``socket_connect_timeout``); :meth:`from_url` builds either with sensible bounds. On a
+    cluster, pushed cancellations use sharded pub/sub (Redis >= 7) and at most
+    *max_concurrency* calls run at once (the others wait, within *timeout*), since the
+    cluster client's pool refuses a burst instead of queueing it. *timeout* caps every
+    storage call, retries included.
     *heartbeat_ttl* is how long a silent worker keeps its in-flight rows. *identity* names
     the table in metrics (the ``storage`` label); by default it is derived from the
     server's address, the database and the prefix (see :attr:`identity`).
@@ -91,7 +105,7 @@ class RedisStorage(Storage):
 
     def __init__(
         self,
-        client: Redis,
+        client: Redis | RedisCluster,
         *,
         prefix: str = DEFAULT_PREFIX,
         timeout: float = 5.0,
@@ -101,6 +115,7 @@ class RedisStorage(Storage):
         close_client: bool = False,
         identity: str | None = None,
         eviction_chunk: int | None = DEFAULT_EVICTION_CHUNK,
+        max_concurrency: int = 50,
     ) -> None:
         if not prefix or "{" in prefix or "}" in prefix:
             raise ConfigurationError("prefix must be non-empty and contain no '{' or '}'")
@@ -120,15 +135,26 @@ class RedisStorage(Storage):
         self._close_client = close_client
         self._bound = False
         self._used = False  # once a call was made, the worker id is fixed
+        self.cluster = is_cluster(client)
         self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(getattr(scripts, name)) for name in _SCRIPTS
+            name: client.register_script(scripts.source(name, sharded=self.cluster))
+            for name in _SCRIPTS
         }
         self._local = LocalRequests()
         self._pending: set[asyncio.Future[Any]] = set()
         self._health = Health(self, "Redis")
-        self._home = HomeLoop(timeout, self._on_call, self._health)
+        subscription: Subscription
+        if isinstance(client, RedisCluster):
+            subscription = ShardSubscription(client, self._routing_key)
+            # The cluster client's pool fails fast when exhausted: wait for a turn instead.
+            concurrency: int | None = max_concurrency
+        else:
+            subscription = ChannelSubscription(client)
+            concurrency = None
+        self._home = HomeLoop(timeout, self._on_call, self._health, concurrency)
         self._push = Push(
             client=client,
+            subscription=subscription,
             home=self._home,
             prefix=self._prefix,
             local=self._local,
@@ -155,17 +181,47 @@ class RedisStorage(Storage):
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
         identity: str | None = None,
         eviction_chunk: int | None = DEFAULT_EVICTION_CHUNK,
+        cluster: bool | None = None,
         **client_kwargs: Any,
     ) -> Self:
-        """Connect to ``redis://`` / ``rediss://`` / ``unix://`` *url*.
+        """Connect to ``redis://`` / ``rediss://`` / ``unix://`` *url*, or to a Redis
+        Cluster: ``redis+cluster://[user:pass@]host:port[,host:port...]`` (``rediss+cluster``
+        for TLS), or any ``redis://`` URL with ``cluster=True``. Every node listed in a
+        cluster URL is a startup node.
 
         Each command waits at most *socket_timeout* (*connect_timeout* to connect) and is
         retried *retries* times at once (which also heals a pooled connection that the
         server closed); *timeout* caps the whole call, including the wait for one of the
-        pool's *max_connections* (plus the pub/sub connection). Extra keyword arguments go
-        to ``redis.asyncio.BlockingConnectionPool.from_url``. The client is closed by
-        :meth:`aclose`.
+        pool's *max_connections* (plus the pub/sub connection). On a cluster a command is
+        retried with a short backoff until *timeout* instead, so one issued during a
+        failover succeeds once a replica has taken over. Extra keyword arguments go to
+        ``redis.asyncio.BlockingConnectionPool.from_url`` (to ``RedisCluster`` on a
+        cluster). The client is closed by :meth:`aclose`.
         """
+        options: dict[str, Any] = {
+            "prefix": prefix,
+            "timeout": timeout,
+            "heartbeat_ttl": heartbeat_ttl,
+            "cleanup_batch": cleanup_batch,
+            "reconnect_backoff": reconnect_backoff,
+            "close_client": True,
+            "identity": identity,
+            "eviction_chunk": eviction_chunk,
+        }
+        if cluster or (cluster is None and is_cluster_url(url)):
+            attempts = max(retries, int(timeout / 0.1))  # bounded by *timeout* anyway
+            client = cluster_from_url(
+                url,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=connect_timeout,
+                max_connections=max_connections,
+                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), attempts),
+                decode_responses=False,
+                **client_kwargs,
+            )
+            return cls(client, max_concurrency=max_connections, **options)
+        if is_cluster_url(url):
+            raise ConfigurationError(f"{url!r} is a cluster URL but cluster=False")
         # A blocking pool: a burst waits for one of max_connections (within the timeout)
         # instead of opening connections without bound.
         pool = BlockingConnectionPool.from_url(
@@ -178,23 +234,13 @@ class RedisStorage(Storage):
             decode_responses=False,
             **client_kwargs,
         )
-        return cls(
-            Redis.from_pool(pool),
-            prefix=prefix,
-            timeout=timeout,
-            heartbeat_ttl=heartbeat_ttl,
-            cleanup_batch=cleanup_batch,
-            reconnect_backoff=reconnect_backoff,
-            close_client=True,
-            identity=identity,
-            eviction_chunk=eviction_chunk,
-        )
+        return cls(Redis.from_pool(pool), **options)
 
     # -- identity and plumbing -----------------------------------------------------------
 
     @property
-    def client(self) -> Redis:
-        """The underlying ``redis.asyncio`` client."""
+    def client(self) -> Redis | RedisCluster:
+        """The underlying ``redis.asyncio`` client (a ``RedisCluster`` on a cluster)."""
         return self._redis
 
     @property
