@@ -61,23 +61,25 @@ async def test_a_chunked_batch_evicts_what_one_script_would(
         "one script": ObservedRedisStorage.from_url(url, prefix="chunks-1", eviction_chunk=None),
         "chunked": ObservedRedisStorage.from_url(url, prefix="chunks-n", eviction_chunk=chunk),
     }
+    raw = Redis.from_url(url)  # the same server, to count its commands
     try:
-        await _wipe(stores["chunked"].client)
+        await _wipe(raw)
         for storage in stores.values():
             for scope, key in fill:
                 assert (await storage.add(scope, key, None, limits=limits)).evicted == ()
             await settled(storage)  # its listener's own scripts are done
         for name, storage in stores.items():
-            before = await command_calls(storage.client)
+            before = await command_calls(raw)
             result = await storage.add("ip:new", "1", None, limits=limits)
-            calls = await calls_between(storage.client, before)
+            calls = await calls_between(raw, before)
             assert result.outcome == "recorded", name
             assert list(result.evicted) == expected, name
             assert (await storage.stats()).rows == model.counts(), name
             scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
             assert scripts == (1 if name == "one script" else math.ceil(batch / chunk)), name
     finally:
-        await _wipe(stores["chunked"].client)
+        await _wipe(raw)
+        await raw.aclose()
         for storage in stores.values():
             await storage.aclose()
 
