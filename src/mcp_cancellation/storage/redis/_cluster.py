@@ -48,7 +48,8 @@ def is_cluster(client: object) -> bool:
 
 
 def is_cluster_url(url: str) -> bool:
-    return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
+    """Whether *url*'s scheme asks for a cluster (``<scheme>+cluster://``)."""
+    return url.split("://", 1)[0].lower().endswith("+cluster")
 
 
 def _split_nodes(netloc: str) -> tuple[str, list[tuple[str, int]]]:
@@ -73,7 +74,7 @@ def cluster_from_url(url: str, **options: Any) -> RedisCluster:
     (``rediss+cluster://`` for TLS; a plain ``redis://`` URL when asked for a cluster
     explicitly). Every listed node is a startup node, so the client finds the cluster as
     long as one of them answers. *options* go to ``RedisCluster``."""
-    scheme, rest = url.split("://", 1)
+    scheme, _, rest = url.partition("://")
     scheme = CLUSTER_SCHEMES.get(scheme.lower(), scheme.lower())
     if scheme not in ("redis", "rediss"):
         raise ConfigurationError(f"not a Redis Cluster URL (redis+cluster://...): {url!r}")
