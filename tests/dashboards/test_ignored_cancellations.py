@@ -13,9 +13,9 @@ import pytest
 
 from mcp_cancellation import dashboards
 
+from ..processes import DemoProcess, PrometheusServer, start_simulator, stop_process
 from ..support import wait_until
 from ._rules import load_dashboard, rules_with_short_for
-from ._servers import DemoProcess, PrometheusServer, start_simulator, stop_process
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(120)]
 

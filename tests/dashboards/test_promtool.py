@@ -10,9 +10,9 @@ import yaml
 
 from mcp_cancellation import dashboards
 
+from ..processes import binary
 from ..support import project_root
 from ._rules import load_dashboard, load_rules, rules_with_short_for
-from ._servers import binary
 
 pytestmark = pytest.mark.prometheus
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from ..processes import DemoProcess, PrometheusServer, start_simulator, stop_process
 from ..support import wait_until
-from ._servers import DemoProcess, PrometheusServer, start_simulator, stop_process
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.timeout(110)]
 

@@ -22,9 +22,9 @@ import pytest
 from mcp_cancellation import dashboards
 from mcp_cancellation.telemetry.prometheus.catalogue import TABLE_STATE
 
+from ..processes import DemoProcess, PrometheusServer
 from ..support import RedisServer, async_wait_until
 from ._rules import load_dashboard, load_rules, rules_with_short_for
-from ._servers import DemoProcess, PrometheusServer
 from ._traffic import cancel, held_calls
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(120)]

@@ -1,4 +1,5 @@
-"""Two workers sharing a real Redis: a cancellation sent to one stops the call on the other."""
+"""Two workers sharing a real Redis (one server, or a cluster): a cancellation sent to one
+stops the call on the other."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 
 from mcp_cancellation import REQUEST_CANCELLED
 
-from ..support import RedisServer, async_wait_until
+from ..conftest import redis_url
+from ..support import async_wait_until
 from .conftest import (
     SSE_AND_JSON,
     Serve,
@@ -21,10 +23,13 @@ from .conftest import (
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 
+@pytest.mark.parametrize(
+    "backend", ["redis", pytest.param("redis-cluster", marks=pytest.mark.cluster)]
+)
 async def test_cancel_on_one_worker_stops_call_on_another(
-    serve: Serve, http: httpx.AsyncClient, redis_server: RedisServer
+    serve: Serve, http: httpx.AsyncClient, backend: str, request: pytest.FixtureRequest
 ) -> None:
-    async with workers_sharing(redis_server.url) as registries:
+    async with workers_sharing(redis_url(backend, request)) as registries:
         worker_a = serve("sdk", json_response=True, registry=registries[0])
         worker_b = serve("sdk", json_response=True, registry=registries[1])
         answers: list[httpx.Response] = []

@@ -30,7 +30,7 @@ from mcp_cancellation.telemetry.prometheus import METRIC_NAMES, metrics_app
 from mcp_cancellation.telemetry.prometheus.catalogue import SERIES
 
 from ..dashboards._rules import load_dashboard, load_rules
-from ..dashboards._servers import PrometheusServer
+from ..processes import PrometheusServer
 from ..support import UvicornThread, async_wait_until
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.redis, pytest.mark.e2e, pytest.mark.timeout(90)]

@@ -1,4 +1,4 @@
-"""Real processes for the dashboard tests: the demo server and a Prometheus server.
+"""Real processes that tests start: the demo server, the simulator and a Prometheus server.
 
 Both run as subprocesses on free 127.0.0.1 ports with their own temporary directories, and
 are stopped (terminate, then kill) when the block ends.
@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from ..support import ServerLog, start_on_free_port, stop_process
+from .support import ServerLog, start_on_free_port, stop_process
 
 __all__ = ["DemoProcess", "PrometheusServer", "binary", "start_simulator", "stop_process"]
 
