@@ -386,12 +386,13 @@ class RedisClusterServers:
 
     def info(self, node: RedisServer, *command: str) -> dict[str, str]:
         """``key:value`` lines of an INFO-like reply of *node* (``{}`` if it is down)."""
-        import redis
+        from redis.client import Redis as SyncRedis
+        from redis.exceptions import RedisError
 
         try:
-            with redis.Redis(port=node.port, socket_timeout=2, decode_responses=True) as client:
+            with SyncRedis(port=node.port, socket_timeout=2, decode_responses=True) as client:
                 reply = client.execute_command(*command)
-        except redis.RedisError:
+        except RedisError:
             return {}
         if isinstance(reply, dict):
             return {str(k): str(v) for k, v in reply.items()}
@@ -414,15 +415,16 @@ class RedisClusterServers:
 
     def master_of(self, key: bytes | str) -> RedisServer:
         """The running node that is master of *key*'s slot now."""
-        import redis
+        from redis.client import Redis as SyncRedis
         from redis.crc import key_slot
+        from redis.exceptions import RedisError
 
         slot = key_slot(key.encode() if isinstance(key, str) else key)
         for node in self.running:
             try:
-                with redis.Redis(port=node.port, socket_timeout=2) as client:
+                with SyncRedis(port=node.port, socket_timeout=2) as client:
                     ranges = client.execute_command("CLUSTER", "SLOTS")
-            except redis.RedisError:
+            except RedisError:
                 continue
             for start, end, master, *_ in ranges:
                 if int(start) <= slot <= int(end):

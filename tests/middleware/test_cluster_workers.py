@@ -39,9 +39,7 @@ async def test_a_cancel_sent_to_one_process_stops_the_call_on_the_other(
 
                 async def call() -> None:
                     body = call_body("job-1", "slow_count", {"seconds": 60})
-                    answers.append(
-                        await http.post(f"{a.url}/mcp", json=body, headers=SSE_AND_JSON)
-                    )
+                    answers.append(await http.post(f"{a.url}/mcp", json=body, headers=SSE_AND_JSON))
 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(call)

@@ -73,7 +73,12 @@ class FlakyStorage(MemoryStorage):
         self.down = False
 
     async def add(
-        self, scope: str, key: str, reason: str | None, *, limits: Limits,
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        *,
+        limits: Limits,
         require_in_flight: bool = False,
     ) -> AddResult:
         if self.down:

@@ -113,9 +113,9 @@ async def test_push_uses_sharded_pub_sub_on_the_tables_shard(
         assert isinstance(storage, RedisStorage)
         channel = storage.key("c:", storage.worker_id)
         master = redis_cluster.master_of(channel)
-        import redis
+        from redis.client import Redis as SyncRedis
 
-        with redis.Redis(port=master.port) as client:
+        with SyncRedis(port=master.port) as client:
             sharded = client.execute_command("PUBSUB", "SHARDNUMSUB", channel)
             classic = client.execute_command("PUBSUB", "NUMSUB", channel)
         assert list(sharded) == [channel, 1]

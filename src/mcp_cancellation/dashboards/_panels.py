@@ -107,6 +107,13 @@ def stat(
 ) -> Panel:
     """A small number panel of the top row (6 x 5, "0" when nothing happened)."""
     return Panel(
-        "stat", title, description, "short", targets, w=6, h=5, thresholds=thresholds,
+        "stat",
+        title,
+        description,
+        "short",
+        targets,
+        w=6,
+        h=5,
+        thresholds=thresholds,
         no_value=no_value,
     )

@@ -202,7 +202,12 @@ class Storage(abc.ABC):
 
     @abc.abstractmethod
     async def add(
-        self, scope: str, key: str, reason: str | None, *, limits: Limits,
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        *,
+        limits: Limits,
         require_in_flight: bool = False,
     ) -> AddResult:
         """Record a cancellation, atomically: with *require_in_flight*, only if some owner
@@ -279,7 +284,11 @@ class Storage(abc.ABC):
     # -- the synchronous face (storages with ``synchronous = True``) -------------------
 
     def add_nowait(
-        self, scope: str, key: str, reason: str | None, limits: Limits,
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        limits: Limits,
         require_in_flight: bool = False,
     ) -> AddResult:
         """:meth:`add`, without waiting."""

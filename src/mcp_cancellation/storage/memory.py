@@ -91,7 +91,11 @@ class MemoryStorage(Storage):
     # -- cancellation rows -------------------------------------------------------------
 
     def add_nowait(
-        self, scope: str, key: str, reason: str | None, limits: Limits,
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        limits: Limits,
         require_in_flight: bool = False,
     ) -> AddResult:
         """Synchronous :meth:`add` (the memory storage never waits)."""
@@ -140,7 +144,12 @@ class MemoryStorage(Storage):
             return outcome
 
     async def add(
-        self, scope: str, key: str, reason: str | None, *, limits: Limits,
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        *,
+        limits: Limits,
         require_in_flight: bool = False,
     ) -> AddResult:
         return self.add_nowait(

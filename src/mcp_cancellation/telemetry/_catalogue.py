@@ -192,7 +192,22 @@ OUTCOMES: Final = ("stopped", "killed", "completed")
 #: tens of milliseconds, a kill comes after ``stream_cancel_timeout`` (10 s by default),
 #: and work that ignores its cancellation may run for minutes.
 CANCEL_TO_STOP_BUCKETS: Final = (
-    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
 )
 #: The gauges that describe the (possibly shared) table, labelled with ``storage``.
 TABLE_STATE: Final = frozenset(

@@ -161,7 +161,19 @@ _UNITS: Final = {
 }
 #: Bucket boundaries (seconds) of the cleanup-duration histogram.
 CLEANUP_BUCKETS: Final = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 _DURATION = "mcp_cancellation.cleanup.duration"
 
@@ -398,8 +410,15 @@ class OpenTelemetryBridge(Bridge):
 
     @never_raise
     def _on_stopped(  # the keywords of signals.request_stopped
-        self, sender: object, *, scope: str, outcome: str, seconds: float, tool: str | None,
-        ignored: bool, **_: object,
+        self,
+        sender: object,
+        *,
+        scope: str,
+        outcome: str,
+        seconds: float,
+        tool: str | None,
+        ignored: bool,
+        **_: object,
     ) -> None:
         if self._elsewhere(sender):
             return

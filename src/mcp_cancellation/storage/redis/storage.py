@@ -298,7 +298,12 @@ class RedisStorage(Storage):
     # -- cancellation rows -------------------------------------------------------------
 
     async def add(
-        self, scope: str, key: str, reason: str | None, *, limits: Limits,
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        *,
+        limits: Limits,
         require_in_flight: bool = False,
     ) -> AddResult:
         quota = limits.max_rows_per_scope

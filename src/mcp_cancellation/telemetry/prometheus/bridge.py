@@ -234,8 +234,15 @@ class PrometheusBridge(Bridge):
 
     @never_raise
     def _on_stopped(  # the keywords of signals.request_stopped
-        self, sender: object, *, scope: str, outcome: str, seconds: float, tool: str | None,
-        ignored: bool, **_: object,
+        self,
+        sender: object,
+        *,
+        scope: str,
+        outcome: str,
+        seconds: float,
+        tool: str | None,
+        ignored: bool,
+        **_: object,
     ) -> None:
         key = (scope_kind(scope), outcome)
         child = self._stop_seconds.get(key)
