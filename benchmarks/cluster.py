@@ -31,7 +31,8 @@ from typing import Any
 
 # benchmarks/redis.py would shadow the redis package: drop this script's directory, and
 # make tests.support (project root) importable.
-sys.path.remove(str(Path(__file__).resolve().parent))
+_HERE = str(Path(__file__).resolve().parent)
+sys.path[:] = [entry for entry in sys.path if entry != _HERE]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from redis.client import Redis as SyncRedis

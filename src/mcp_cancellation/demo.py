@@ -304,7 +304,8 @@ def add_parser(subparsers: Any) -> None:
         "--redis",
         metavar="URL",
         default=None,
-        help="keep the table in this Redis (redis://host:port/db), shared by every demo "
+        help="keep the table in this Redis (redis://host:port/db, or a cluster: "
+        "redis+cluster://host:port,host:port...), shared by every demo "
         "started with the same URL and prefix: try several workers or machines "
         "(needs mcp-cancellation[redis])",
     )
