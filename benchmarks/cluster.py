@@ -35,8 +35,8 @@ _HERE = str(Path(__file__).resolve().parent)
 sys.path[:] = [entry for entry in sys.path if entry != _HERE]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from redis.client import Redis as SyncRedis
-from tests.support import RedisClusterServers, RedisServer
+from redis.client import Redis as SyncRedis  # noqa: E402
+from tests.support import RedisClusterServers, RedisServer  # noqa: E402
 
 WORKERS = 2
 CONCURRENCY = 32
