@@ -28,6 +28,7 @@ __all__ = [
     "TABLE_STATE",
     "MetricInfo",
     "near_quota_rows",
+    "one_two_five",
     "otel_name",
 ]
 
@@ -185,30 +186,23 @@ REJECT_REASONS: Final = ("quota", "invalid_request_id")
 REJECTIONS: Final = (("quota", "enforce"), ("quota", "shadow"), ("invalid_request_id", "enforce"))
 #: The share of its quota at which a scope counts as near it (``scopes_near_quota``).
 NEAR_QUOTA: Final = 0.8
+
+
 #: Values of the ``outcome`` label of ``cancel_to_stop_seconds`` (as in
 #: :data:`mcp_cancellation.token.OUTCOMES`).
+def one_two_five(low: float, high: float) -> tuple[float, ...]:
+    """Histogram bounds 1, 2.5 and 5 times each power of ten from *low* to *high*
+    (both powers of ten): ``one_two_five(0.01, 1.0)`` is ``(0.01, 0.025, ..., 0.5, 1.0)``."""
+    first, last = round(math.log10(low)), round(math.log10(high))
+    bounds = [float(f"{m}e{e}") for e in range(first, last) for m in ("1", "2.5", "5")]
+    return (*bounds, float(f"1e{last}"))
+
+
 OUTCOMES: Final = ("stopped", "killed", "completed")
 #: Bucket bounds (seconds) of ``cancel_to_stop_seconds``: a polling tool stops within
 #: tens of milliseconds, a kill comes after ``stream_cancel_timeout`` (10 s by default),
 #: and work that ignores its cancellation may run for minutes.
-CANCEL_TO_STOP_BUCKETS: Final = (
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    600.0,
-)
+CANCEL_TO_STOP_BUCKETS: Final = (*one_two_five(0.01, 10.0), 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 #: The gauges that describe the (possibly shared) table, labelled with ``storage``.
 TABLE_STATE: Final = frozenset(
     PREFIX + n

@@ -1,0 +1,348 @@
+"""The OpenTelemetry bridge: :class:`OpenTelemetryBridge` and the module-level
+:func:`instrument` / :func:`uninstrument` (see :mod:`mcp_cancellation.telemetry.otel`)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, Final
+
+from opentelemetry import metrics, trace
+
+from ... import signals
+from ...__about__ import __version__
+from ...scope import SCOPE_KINDS, scope_kind
+from ...storage.base import Storage
+from ...token import OTHER_TOOL
+from .._bridge import Bridge, Receivers, Setups
+from .._catalogue import ALL, OUTCOMES, near_quota_rows
+from .._guard import never_raise
+from .._labels import ScopeLabeler, resolve_key
+from .._rejections import Rejections
+from .._table_state import TableState, ignored_by_tool
+from ._instruments import instruments, join_gauge
+from .names import (
+    ERROR_TYPE,
+    EVENT_CANCEL,
+    EVENT_EVICT,
+    EVENT_REJECTED,
+    EVICTED,
+    IN_FLIGHT_REMOVED,
+    INSTRUMENTATION_NAME,
+    METHOD,
+    REASON,
+    REMOVED,
+    REQUEST_ID,
+    SCOPE,
+    SCOPE_KIND,
+    SOURCE,
+    SPAN_CLEANUP,
+)
+
+if TYPE_CHECKING:
+    from ...registry import CancellationRegistry
+
+__all__ = ["OpenTelemetryBridge", "instrument", "instrumented", "uninstrument"]
+
+_NOTIFICATION = "notifications/cancelled"
+#: The histogram's attribute mappings, built once.
+_STOP_ATTRIBUTES: Final = {
+    (kind, outcome): {"scope_kind": kind, "outcome": outcome}
+    for kind in SCOPE_KINDS
+    for outcome in OUTCOMES
+}
+#: How long one collection's table state is reused by the other gauges' callbacks.
+_STATE_REUSE = 0.5
+
+
+def _source(method: str | None) -> str:
+    if method is None:
+        return "api"
+    if method == _NOTIFICATION:
+        return "notification"
+    if method == "disconnect":
+        return "disconnect"
+    return "other"
+
+
+class OpenTelemetryBridge(Bridge):
+    """Spans and metrics for the signals of one registry (or of all, with ``None``).
+
+    Providers default to the global ones (through OpenTelemetry's proxies, so a provider
+    set later is used). :meth:`install` and :meth:`uninstall` are idempotent. Prefer
+    :func:`instrument`, which keeps one bridge per registry. Bridges sharing a meter
+    provider share its instruments: their counters add up, and each registry's gauges
+    are observed with its own ``storage`` label. *top_k* and *heavy_hitters_capacity*
+    bound the ``scope`` series as in the Prometheus bridge; *stats_timeout* bounds each
+    collection's read of the storage.
+    """
+
+    def __init__(
+        self,
+        registry: CancellationRegistry | None = None,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
+        hash_key: str | bytes | None = None,
+        top_k: int = 20,
+        heavy_hitters_capacity: int | None = None,
+        stats_timeout: float = 2.0,
+    ) -> None:
+        super().__init__(registry)
+        self._providers = (tracer_provider, meter_provider)
+        self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, __version__, tracer_provider)
+        meter = metrics.get_meter(INSTRUMENTATION_NAME, __version__, meter_provider)
+        self.labeler = ScopeLabeler(hash_key)
+        self.top_k = top_k
+        self.stats_timeout = stats_timeout
+        self.rejections = Rejections(top_k, heavy_hitters_capacity or 10 * top_k, self.labeler)
+        self._instruments = instruments(meter)
+        self._storage = registry.storage.identity if registry is not None else None
+        self._state: tuple[float, TableState | None] = (-1.0, None)
+        self._state_lock = threading.Lock()
+        if registry is not None:
+            for info in ALL:
+                if info.type == "gauge":
+                    join_gauge(meter, info.name, self)
+
+    def _receivers(self) -> Receivers:
+        return [
+            (signals.request_cancelled, self._on_cancelled),
+            (signals.request_stopped, self._on_stopped),
+            (signals.cancellation_cleanup, self._on_cleanup),
+            (signals.cancellation_evicted, self._on_evicted),
+            (signals.cancellation_rejected, self._on_rejected),
+            (signals.storage_error, self._on_storage_error),
+        ]
+
+    def _attach(self) -> None:
+        self._instruments.zero(self._storage)
+        registry = self.registry
+        if registry is not None:
+            _bridged.add(registry)
+
+    def _detach(self) -> None:
+        registry = self.registry
+        if registry is not None:
+            _bridged.discard(registry)
+
+    def _elsewhere(self, sender: object) -> bool:
+        """Whether *sender* has a bridge of its own, so that this bridge for every registry
+        (``opentelemetry-instrument``) leaves its signals to that one: recorded once."""
+        return self._registry_ref is None and sender in _bridged
+
+    # -- observable gauges -------------------------------------------------------------
+
+    def table_state(self) -> TableState | None:
+        """What this collection's gauges show (``None`` when not installed or the
+        registry is gone); read once and reused by the other gauges of the collection."""
+        registry = self.registry
+        if registry is None or not self.installed:
+            return None
+        with self._state_lock:
+            taken, state = self._state
+            now = time.monotonic()
+            if state is not None and now - taken < _STATE_REUSE:
+                return state
+            storage = registry.storage
+            near = near_quota_rows(registry.max_rows_per_scope)
+            summary = storage.summary_from_thread(self.top_k, self.stats_timeout, near)
+            state = TableState(
+                storage=storage.identity,
+                up=storage.available,
+                max_rows=registry.max_rows,
+                max_rows_per_scope=registry.max_rows_per_scope,
+                summary=summary,
+                rejections=self.rejections.select(),
+                top_k=self.top_k,
+                labeler=self.labeler,
+                ignored=ignored_by_tool(registry),
+            )
+            self._state = (now, state)
+            return state
+
+    # -- receivers ---------------------------------------------------------------------
+
+    @never_raise
+    def _on_cancelled(
+        self,
+        sender: object,
+        *,
+        request_id: str,
+        scope: str,
+        reason: str | None = None,
+        method: str | None = None,
+        **_: object,
+    ) -> None:
+        if self._elsewhere(sender):
+            return
+        kind = scope_kind(scope)
+        span = trace.get_current_span()
+        if span.is_recording():
+            source = _source(method)
+            attributes: dict[str, str] = {
+                REQUEST_ID: request_id,
+                SOURCE: source,
+                SCOPE_KIND: kind,
+                SCOPE: self.labeler(scope),
+            }
+            if method is not None and source != "disconnect":
+                attributes[METHOD] = method
+            if reason is not None:
+                attributes[REASON] = reason
+            span.add_event(EVENT_CANCEL, attributes)
+        self._instruments.cancelled.add((kind,))
+
+    @never_raise
+    def _on_stopped(  # the keywords of signals.request_stopped
+        self,
+        sender: object,
+        *,
+        scope: str,
+        outcome: str,
+        seconds: float,
+        tool: str | None,
+        ignored: bool,
+        **_: object,
+    ) -> None:
+        if self._elsewhere(sender):
+            return
+        kind = scope_kind(scope)
+        attributes = _STOP_ATTRIBUTES.get((kind, outcome))
+        if attributes is None:
+            attributes = {"scope_kind": kind, "outcome": outcome}
+        self._instruments.stop.record(seconds, attributes)
+        if ignored:
+            self._instruments.ignored.add((tool or OTHER_TOOL,))
+
+    @never_raise
+    def _on_cleanup(
+        self,
+        sender: object,
+        *,
+        removed: int,
+        in_flight_removed: int,
+        duration: float | None = None,
+        start_time_ns: int | None = None,
+        **_: object,
+    ) -> None:
+        if self._elsewhere(sender):
+            return
+        attributes = {REMOVED: removed, IN_FLIGHT_REMOVED: in_flight_removed}
+        if start_time_ns is not None and duration is not None:
+            end = start_time_ns + max(0, round(duration * 1e9))
+            span = self.tracer.start_span(
+                SPAN_CLEANUP, attributes=attributes, start_time=start_time_ns
+            )
+            span.end(end_time=end)
+        else:
+            self.tracer.start_span(SPAN_CLEANUP, attributes=attributes).end()
+        if removed:
+            self._instruments.removed.add(removed, {"table": "cancellations"})
+        if in_flight_removed:
+            self._instruments.removed.add(in_flight_removed, {"table": "in_flight"})
+        if duration is not None:
+            self._instruments.duration.record(duration)
+
+    @never_raise
+    def _on_evicted(self, sender: object, *, scope: str, count: int, **_: object) -> None:
+        if self._elsewhere(sender):
+            return
+        kind = scope_kind(scope)
+        span = trace.get_current_span()
+        if span.is_recording():
+            attributes: dict[str, str | int] = {
+                SCOPE_KIND: kind,
+                SCOPE: self.labeler(scope),
+                EVICTED: count,
+            }
+            span.add_event(EVENT_EVICT, attributes)
+        self._instruments.evicted.add((kind,), count)
+
+    @never_raise
+    def _on_rejected(
+        self, sender: object, *, scope: str, reason: str, mode: str = "enforce", **_: object
+    ) -> None:
+        if self._elsewhere(sender):
+            return
+        kind = scope_kind(scope)
+        if mode != "enforce":  # shadow mode: counted, nobody was refused
+            self._instruments.rejected.add((kind, reason, mode))
+            return
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event(
+                EVENT_REJECTED,
+                {ERROR_TYPE: reason, SCOPE_KIND: kind, SCOPE: self.labeler(scope)},
+            )
+        self._instruments.rejected.add((kind, reason, mode))
+        if self._registry_ref is not None:
+            self.rejections.add(scope, reason)
+
+    @never_raise
+    def _on_storage_error(self, sender: object, *, operation: str, **_: object) -> None:
+        if self._registry_ref is None and any(r.storage is sender for r in list(_bridged)):
+            return  # that registry's own bridge counts it
+        storage = sender.identity if isinstance(sender, Storage) else "unknown"
+        attributes = {"storage": storage, "operation": operation}
+        self._instruments.storage_errors.add(1, attributes)
+
+
+#: Registries that have a bridge of their own (see OpenTelemetryBridge._elsewhere).
+_bridged: weakref.WeakSet[Any] = weakref.WeakSet()
+
+# -- module-level instrumentation --------------------------------------------------------
+
+_setups: Setups[OpenTelemetryBridge] = Setups()
+
+
+def instrument(
+    registry: CancellationRegistry | None = None,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+    hash_key: str | bytes | None = None,
+) -> OpenTelemetryBridge:
+    """Record the signals of *registry* (of every registry when ``None``) as spans and
+    metrics. Idempotent: while instrumented, calling it again for the same registry (or
+    for ``None``) returns the existing bridge; naming another provider or hash key than
+    it uses raises :class:`~mcp_cancellation.ConfigurationError` (as ``metrics_app()``)."""
+    from ...registry import CancellationRegistry
+
+    if registry is not None and not isinstance(registry, CancellationRegistry):
+        raise TypeError(
+            f"registry must be a CancellationRegistry or None, not {type(registry).__name__}"
+            " (pass providers as keywords)"
+        )
+
+    def conflict(bridge: OpenTelemetryBridge) -> str | None:
+        wanted = (tracer_provider, meter_provider)
+        for name, given, used in zip(("tracer", "meter"), wanted, bridge._providers, strict=True):
+            if given is not None and given is not used:
+                return f"instrument() for this registry uses another {name}_provider"
+        if hash_key is not None and bridge.labeler.key != resolve_key(hash_key):
+            return "instrument() for this registry uses another hash_key"
+        return None
+
+    def make() -> OpenTelemetryBridge:
+        return OpenTelemetryBridge(
+            registry,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
+            hash_key=hash_key,
+        )
+
+    return _setups.get_or_install(registry, None, conflict, make)
+
+
+def uninstrument(registry: CancellationRegistry | None = None) -> None:
+    """Stop recording: for *registry* only, or (with ``None``) everything
+    :func:`instrument` set up. Idempotent."""
+    for bridge in _setups.remove(registry):
+        bridge.uninstall()
+
+
+def instrumented(registry: CancellationRegistry | None = None) -> bool:
+    """Whether :func:`instrument` is in effect for *registry* (or globally, for ``None``)."""
+    return bool(_setups.find(registry))
