@@ -3,7 +3,7 @@ stop when their client leaves."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from typing import Any
 
 import anyio
 import httpx
@@ -14,8 +14,7 @@ from mcp_cancellation import (
     MemoryStorage,
     StorageUnavailable,
 )
-from mcp_cancellation.storage.base import AddResult, Limits
-from mcp_cancellation.token import RequestToken
+from mcp_cancellation.storage.base import AddResult
 
 from .conftest import (
     SSE_AND_JSON,
@@ -72,28 +71,17 @@ class FlakyStorage(MemoryStorage):
         super().__init__()
         self.down = False
 
-    async def add(
-        self,
-        scope: str,
-        key: str,
-        reason: str | None,
-        *,
-        limits: Limits,
-        require_in_flight: bool = False,
-    ) -> AddResult:
+    def _reachable(self) -> None:
         if self.down:
             raise StorageUnavailable("storage is down")
-        return await super().add(
-            scope, key, reason, limits=limits, require_in_flight=require_in_flight
-        )
 
-    async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
-        if self.down:
-            raise StorageUnavailable("storage is down")
-        await super().track(scope, key, owner, token)
+    async def add(self, *args: Any, **kwargs: Any) -> AddResult:
+        self._reachable()
+        return await super().add(*args, **kwargs)
 
-    async def cleanup(self, ttl: float | None, dead_owners: Collection[str]) -> tuple[int, int]:
-        return await super().cleanup(ttl, dead_owners)
+    async def track(self, *args: Any, **kwargs: Any) -> None:
+        self._reachable()
+        await super().track(*args, **kwargs)
 
 
 async def test_storage_down_cancel_answers_error_not_500(

@@ -8,7 +8,6 @@ its own ``TracerProvider`` with an ``InMemorySpanExporter``, its own ``MeterProv
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -21,6 +20,8 @@ from prometheus_client import CollectorRegistry
 from mcp_cancellation import CancellationRegistry, MemoryStorage, signals
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge
+
+from ..support import Registries
 
 
 @pytest.fixture
@@ -79,16 +80,14 @@ def _no_leftover_bridges() -> Iterator[None]:
 
 
 @pytest.fixture
-async def make_memory_registry() -> AsyncIterator[Any]:
+async def make_memory_registry() -> AsyncIterator[Registries]:
     """Build in-memory registries (janitor off); all are closed after the test."""
-    made: list[CancellationRegistry] = []
+    registries = Registries(MemoryStorage)
+    yield registries
+    await registries.aclose()
 
-    def make(**kwargs: Any) -> CancellationRegistry:
-        kwargs.setdefault("janitor_interval", None)
-        registry = CancellationRegistry(MemoryStorage(), **kwargs)
-        made.append(registry)
-        return registry
 
-    yield make
-    for registry in made:
-        await registry.aclose()
+@pytest.fixture
+def memory_registry(make_memory_registry: Registries) -> CancellationRegistry:
+    """One in-memory registry with default limits."""
+    return make_memory_registry()

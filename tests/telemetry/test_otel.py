@@ -60,19 +60,23 @@ def points(
 
 
 @pytest.fixture
+def registry(memory_registry: CancellationRegistry) -> CancellationRegistry:
+    return memory_registry
+
+
+@pytest.fixture
 def instrumented(
     tracer_provider: TracerProvider, meter_provider: MeterProvider
 ) -> otel.OpenTelemetryBridge:
     return otel.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
 
 
+@pytest.mark.usefixtures("instrumented")
 async def test_a_cancellation_is_an_event_on_the_current_span(
-    make_memory_registry: Any,
+    registry: CancellationRegistry,
     tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
-    instrumented: otel.OpenTelemetryBridge,
 ) -> None:
-    registry: CancellationRegistry = make_memory_registry()
     request_tracer = tracer_provider.get_tracer("mcp-python-sdk")
     with request_tracer.start_as_current_span("notifications/cancelled"):
         await registry.cancel(42, "user pressed stop", SESSION, method="notifications/cancelled")
@@ -89,14 +93,13 @@ async def test_a_cancellation_is_an_event_on_the_current_span(
     }
 
 
+@pytest.mark.usefixtures("instrumented")
 async def test_disconnect_and_library_cancellations(
-    make_memory_registry: Any,
+    registry: CancellationRegistry,
     tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
     metric_reader: InMemoryMetricReader,
-    instrumented: otel.OpenTelemetryBridge,
 ) -> None:
-    registry: CancellationRegistry = make_memory_registry()
     tracer = tracer_provider.get_tracer("server")
     with tracer.start_as_current_span("POST /mcp (the cancelled request)"):
         await registry.cancel("abc", None, "ip:192.0.2.1", method="disconnect")
@@ -128,13 +131,12 @@ async def test_disconnect_and_library_cancellations(
     assert len(points(metric_reader, "mcp_cancellation.rejected", zeros=True)) == 15
 
 
+@pytest.mark.usefixtures("instrumented")
 async def test_cleanup_span_spans_the_pass(
-    make_memory_registry: Any,
+    registry: CancellationRegistry,
     span_exporter: InMemorySpanExporter,
     metric_reader: InMemoryMetricReader,
-    instrumented: otel.OpenTelemetryBridge,
 ) -> None:
-    registry: CancellationRegistry = make_memory_registry()
     for request_id in range(3):
         await registry.cancel(request_id, None, "ip:192.0.2.1")
     await asyncio.create_task(registry.track(9, "ip:192.0.2.1"))  # owner ends, row stays
