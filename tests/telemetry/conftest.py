@@ -7,7 +7,7 @@ its own ``TracerProvider`` with an ``InMemorySpanExporter``, its own ``MeterProv
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -17,11 +17,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from mcp_cancellation import CancellationRegistry, MemoryStorage, signals
+from mcp_cancellation import CancellationRegistry, MemoryStorage, Storage, signals
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 
-from ..support import Registries
+from ..conftest import MakeRegistry
 
 
 @pytest.fixture
@@ -80,14 +80,12 @@ def _no_leftover_bridges() -> Iterator[None]:
 
 
 @pytest.fixture
-async def make_memory_registry() -> AsyncIterator[Registries]:
-    """Build in-memory registries (janitor off); all are closed after the test."""
-    registries = Registries(MemoryStorage)
-    yield registries
-    await registries.aclose()
+def make_storage() -> Callable[[], Storage]:
+    """The bridges are tested on the memory storage (``make_registry`` builds on it)."""
+    return MemoryStorage
 
 
 @pytest.fixture
-def memory_registry(make_memory_registry: Registries) -> CancellationRegistry:
+def memory_registry(make_registry: MakeRegistry) -> CancellationRegistry:
     """One in-memory registry with default limits."""
-    return make_memory_registry()
+    return make_registry()

@@ -24,6 +24,7 @@ from mcp_cancellation import (
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry._labels import ScopeLabeler
 
+from ..conftest import MakeRegistry
 from ._util import SESSION_ID
 
 SESSION = f"session:{SESSION_ID}"
@@ -162,13 +163,13 @@ async def test_cleanup_span_spans_the_pass(
 
 
 async def test_evictions_and_rejections(
-    make_memory_registry: Any,
+    make_registry: MakeRegistry,
     tracer_provider: TracerProvider,
     span_exporter: InMemorySpanExporter,
     metric_reader: InMemoryMetricReader,
     instrumented: otel.OpenTelemetryBridge,
 ) -> None:
-    registry: CancellationRegistry = make_memory_registry(max_rows=2, max_rows_per_scope=2)
+    registry: CancellationRegistry = make_registry(max_rows=2, max_rows_per_scope=2)
     await registry.cancel(1, None, SESSION)
     await registry.cancel(2, None, SESSION)
     tracer = tracer_provider.get_tracer("server")
@@ -238,12 +239,12 @@ async def test_evictions_and_rejections(
 
 
 async def test_instrument_is_idempotent_and_uninstrument_stops(
-    make_memory_registry: Any,
+    make_registry: MakeRegistry,
     tracer_provider: TracerProvider,
     meter_provider: MeterProvider,
     span_exporter: InMemorySpanExporter,
 ) -> None:
-    registry: CancellationRegistry = make_memory_registry()
+    registry: CancellationRegistry = make_registry()
     before = len(signals.request_cancelled.receivers)
     first = otel.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
     assert otel.instrument(tracer_provider=tracer_provider) is first
@@ -264,13 +265,13 @@ async def test_instrument_is_idempotent_and_uninstrument_stops(
 
 
 async def test_instrument_one_registry_only(
-    make_memory_registry: Any,
+    make_registry: MakeRegistry,
     tracer_provider: TracerProvider,
     meter_provider: MeterProvider,
     span_exporter: InMemorySpanExporter,
 ) -> None:
-    watched: CancellationRegistry = make_memory_registry()
-    other: CancellationRegistry = make_memory_registry()
+    watched: CancellationRegistry = make_registry()
+    other: CancellationRegistry = make_registry()
     bridge = otel.instrument(
         watched, tracer_provider=tracer_provider, meter_provider=meter_provider
     )
@@ -289,12 +290,12 @@ async def test_instrument_one_registry_only(
 
 
 async def test_hash_key_applies_to_span_attributes(
-    make_memory_registry: Any,
+    make_registry: MakeRegistry,
     tracer_provider: TracerProvider,
     meter_provider: MeterProvider,
     span_exporter: InMemorySpanExporter,
 ) -> None:
-    registry: CancellationRegistry = make_memory_registry()
+    registry: CancellationRegistry = make_registry()
     otel.instrument(
         registry, tracer_provider=tracer_provider, meter_provider=meter_provider, hash_key="k"
     )
@@ -310,12 +311,12 @@ def _broken_labeler(scope: str) -> str:
 
 
 async def test_a_failing_receiver_never_breaks_cancel(
-    make_memory_registry: Any,
+    make_registry: MakeRegistry,
     tracer_provider: TracerProvider,
     meter_provider: MeterProvider,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    registry: CancellationRegistry = make_memory_registry()
+    registry: CancellationRegistry = make_registry()
     bridge = otel.instrument(
         registry, tracer_provider=tracer_provider, meter_provider=meter_provider
     )
@@ -327,12 +328,12 @@ async def test_a_failing_receiver_never_breaks_cancel(
 
 
 async def test_row_gauges_for_one_registry(
-    make_memory_registry: Any,
+    make_registry: MakeRegistry,
     tracer_provider: TracerProvider,
     meter_provider: MeterProvider,
     metric_reader: InMemoryMetricReader,
 ) -> None:
-    registry: CancellationRegistry = make_memory_registry(max_rows_per_scope=5)
+    registry: CancellationRegistry = make_registry(max_rows_per_scope=5)
     storage = registry.storage.identity
     otel.instrument(registry, tracer_provider=tracer_provider, meter_provider=meter_provider)
     await registry.cancel(1, None, "ip:192.0.2.1")
@@ -358,7 +359,7 @@ async def test_row_gauges_for_one_registry(
         frozenset({("storage", storage), ("scope", "ip:192.0.2.9")}): 1,
     }
     # A second registry on the same meter provider: observed with its own storage label.
-    second: CancellationRegistry = make_memory_registry()
+    second: CancellationRegistry = make_registry()
     other = second.storage.identity
     otel.instrument(second, tracer_provider=tracer_provider, meter_provider=meter_provider)
     await second.cancel(1, None, "principal:dave")

@@ -31,6 +31,7 @@ from mcp_cancellation.telemetry.prometheus import (
 )
 from mcp_cancellation.telemetry.prometheus.catalogue import SERIES
 
+from ..conftest import MakeRegistry
 from ..support import UvicornThread, env
 from ._util import SESSION_ID, samples, series, value
 
@@ -51,8 +52,10 @@ async def scrape(url: str) -> str:
     return response.text
 
 
-async def test_scrape_after_real_cancellations_sample_by_sample(make_memory_registry: Any) -> None:
-    registry: CancellationRegistry = make_memory_registry(max_rows=12, max_rows_per_scope=3)
+async def test_scrape_after_real_cancellations_sample_by_sample(
+    make_registry: MakeRegistry,
+) -> None:
+    registry: CancellationRegistry = make_registry(max_rows=12, max_rows_per_scope=3)
     app = metrics_app(registry, top_k=3)
     ST = registry.storage.identity
     session = f"session:{SESSION_ID}"
@@ -127,8 +130,8 @@ async def test_scrape_after_real_cancellations_sample_by_sample(make_memory_regi
     assert value(parsed, P + "cancelled_total", scope_kind="ip") == 6  # counters stay
 
 
-async def test_flood_from_100k_addresses_keeps_series_bounded(make_memory_registry: Any) -> None:
-    registry: CancellationRegistry = make_memory_registry(max_rows=1_000, max_rows_per_scope=1)
+async def test_flood_from_100k_addresses_keeps_series_bounded(make_registry: MakeRegistry) -> None:
+    registry: CancellationRegistry = make_registry(max_rows=1_000, max_rows_per_scope=1)
     top_k = 20
     app = metrics_app(registry, top_k=top_k)
     ST = registry.storage.identity
@@ -174,8 +177,8 @@ async def test_flood_from_100k_addresses_keeps_series_bounded(make_memory_regist
     assert value(parsed, P + "evicted_total", scope_kind="ip") == accepted - rows
 
 
-async def test_session_scopes_are_hashed_everywhere(make_memory_registry: Any) -> None:
-    registry: CancellationRegistry = make_memory_registry(max_rows_per_scope=1)
+async def test_session_scopes_are_hashed_everywhere(make_registry: MakeRegistry) -> None:
+    registry: CancellationRegistry = make_registry(max_rows_per_scope=1)
     app = metrics_app(registry)
     sessions = [f"{SESSION_ID}-{n}" for n in range(30)]
     for n, session_id in enumerate(sessions):
@@ -210,9 +213,9 @@ def test_session_label_key_is_configurable() -> None:
     assert default.labeler("ip:192.0.2.1") == "ip:192.0.2.1"
 
 
-async def test_bridges_filter_by_sender(make_memory_registry: Any) -> None:
-    first: CancellationRegistry = make_memory_registry()
-    second: CancellationRegistry = make_memory_registry()
+async def test_bridges_filter_by_sender(make_registry: MakeRegistry) -> None:
+    first: CancellationRegistry = make_registry()
+    second: CancellationRegistry = make_registry()
     one, two = CollectorRegistry(), CollectorRegistry()
     PrometheusBridge(first, collector_registry=one).install()
     PrometheusBridge(second, collector_registry=two).install()
@@ -232,9 +235,9 @@ async def test_bridges_filter_by_sender(make_memory_registry: Any) -> None:
 
 
 async def test_install_and_uninstall_are_idempotent(
-    make_memory_registry: Any, collector_registry: CollectorRegistry
+    make_registry: MakeRegistry, collector_registry: CollectorRegistry
 ) -> None:
-    registry: CancellationRegistry = make_memory_registry()
+    registry: CancellationRegistry = make_registry()
     before = len(signals.request_cancelled.receivers)
     bridge = PrometheusBridge(registry, collector_registry=collector_registry)
     assert bridge.install() is bridge.install() is bridge
@@ -242,7 +245,7 @@ async def test_install_and_uninstall_are_idempotent(
     parsed = samples(generate_latest(collector_registry).decode())
     assert value(parsed, P + "cancelled_total", scope_kind="global") == 1  # counted once
 
-    other = PrometheusBridge(make_memory_registry(), collector_registry=collector_registry)
+    other = PrometheusBridge(make_registry(), collector_registry=collector_registry)
     with pytest.raises(ConfigurationError):
         other.install()  # one bridge per CollectorRegistry
     assert not other.installed
@@ -259,8 +262,8 @@ async def test_install_and_uninstall_are_idempotent(
     bridge.uninstall()
 
 
-async def test_metrics_app_reuses_its_bridge(make_memory_registry: Any) -> None:
-    registry: CancellationRegistry = make_memory_registry()
+async def test_metrics_app_reuses_its_bridge(make_registry: MakeRegistry) -> None:
+    registry: CancellationRegistry = make_registry()
     first, second = metrics_app(registry), metrics_app(registry)
     assert first.bridge is second.bridge
     with pytest.raises(ConfigurationError):
@@ -284,8 +287,8 @@ def test_bridge_goes_away_with_its_registry() -> None:
     assert len(signals.request_cancelled.receivers) == before
 
 
-async def test_exposition_matches_metric_names(make_memory_registry: Any) -> None:
-    registry: CancellationRegistry = make_memory_registry(max_rows=None)
+async def test_exposition_matches_metric_names(make_registry: MakeRegistry) -> None:
+    registry: CancellationRegistry = make_registry(max_rows=None)
     app = metrics_app(registry)
     ST = registry.storage.identity
     await registry.cancel(1, None, "ip:192.0.2.1")
@@ -310,8 +313,8 @@ async def test_exposition_matches_metric_names(make_memory_registry: Any) -> Non
     assert value(parsed, P + "max_rows", storage=ST) == float("inf")  # disabled limits read +Inf
 
 
-async def test_head_and_other_methods(make_memory_registry: Any) -> None:
-    app = metrics_app(make_memory_registry())
+async def test_head_and_other_methods(make_registry: MakeRegistry) -> None:
+    app = metrics_app(make_registry())
     with UvicornThread(app) as server:
         async with httpx.AsyncClient() as client:
             head = await client.head(server.url + "/metrics")
