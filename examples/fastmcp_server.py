@@ -12,14 +12,18 @@ authentication middleware, so that an authenticated user is the cancellation sco
 from __future__ import annotations
 
 import argparse
-import logging
 
 import anyio
 import uvicorn
 from fastmcp import Context, FastMCP
 from starlette.middleware import Middleware
 
-from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
+from mcp_cancellation import (
+    CancellationMiddleware,
+    CancellationRegistry,
+    log_to_stderr,
+    raise_if_cancelled,
+)
 from mcp_cancellation.integrations.fastmcp import fastmcp_middleware, tool_names
 
 mcp = FastMCP("cancellable-fastmcp-server", middleware=[fastmcp_middleware()])
@@ -49,12 +53,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--port", type=int, default=8000)
     args = parser.parse_args()
-    # One INFO line per cancelled call (scope kind, id, reason, how it ended), from the
-    # middleware's logger, on a plain handler of its own (the SDK styles the root one).
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    package_logger = logging.getLogger("mcp_cancellation")
-    package_logger.addHandler(handler)
-    package_logger.setLevel(logging.INFO)
-    package_logger.propagate = False
+    log_to_stderr()  # one INFO line per cancelled call: scope kind, id, reason, how it ended
     uvicorn.run(app, host="127.0.0.1", port=args.port)

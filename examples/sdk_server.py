@@ -10,13 +10,17 @@ that stops on :func:`raise_if_cancelled` answer JSON-RPC ``-32800 Request cancel
 from __future__ import annotations
 
 import argparse
-import logging
 
 import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 
-from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
+from mcp_cancellation import (
+    CancellationMiddleware,
+    CancellationRegistry,
+    log_to_stderr,
+    raise_if_cancelled,
+)
 from mcp_cancellation.integrations.mcp_sdk import cancellable, tool_names
 
 server = MCPServer("cancellable-sdk-server")
@@ -54,12 +58,5 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--json-response", action="store_true", help="answer in JSON, not SSE")
     args = parser.parse_args()
-    # One INFO line per cancelled call (scope kind, id, reason, how it ended), from the
-    # middleware's logger, on a plain handler of its own (the SDK styles the root one).
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    package_logger = logging.getLogger("mcp_cancellation")
-    package_logger.addHandler(handler)
-    package_logger.setLevel(logging.INFO)
-    package_logger.propagate = False
+    log_to_stderr()  # one INFO line per cancelled call: scope kind, id, reason, how it ended
     uvicorn.run(make_app(args.json_response), host="127.0.0.1", port=args.port)

@@ -20,6 +20,7 @@ from .errors import (
     RequestCancelled,
     StorageUnavailable,
 )
+from .logs import log_to_stderr
 from .reason import sanitize_reason
 from .registry import CancellationRegistry, CleanupResult, RequestContext
 from .scope import client_bucket, scope_kind, scope_of
@@ -52,6 +53,7 @@ __all__ = [
     "cancelled",
     "client_bucket",
     "current_token",
+    "log_to_stderr",
     "raise_if_cancelled",
     "sanitize_reason",
     "scope_kind",
