@@ -128,6 +128,33 @@ async def test_push_uses_sharded_pub_sub_on_the_tables_shard(
             await registry.aclose()
 
 
+async def test_a_burst_larger_than_the_pool_waits_its_turn(
+    redis_cluster: RedisClusterServers,
+) -> None:
+    """redis-py's cluster pool refuses a command when all of its connections are busy; the
+    storage queues its calls instead, as a single server's blocking pool does."""
+    registry = CancellationRegistry(
+        RedisStorage.from_url(redis_cluster.url, prefix="cluster-burst", max_connections=4),
+        max_rows_per_scope=None,
+        janitor_interval=None,
+    )
+
+    async def life(n: int) -> None:
+        async with registry.request(n, f"ip:10.0.0.{n % 9}"):
+            await asyncio.sleep(0)
+
+    try:
+        await asyncio.gather(
+            *(life(n) for n in range(150)),
+            *(registry.cancel(f"c{n}", "burst", f"ip:10.0.1.{n % 9}") for n in range(150)),
+        )
+        stats = await registry.stats()
+        assert (stats.total_rows, stats.total_in_flight) == (150, 0)
+        assert registry.storage.available
+    finally:
+        await registry.aclose()
+
+
 @pytest.fixture
 def own_cluster() -> Iterator[RedisClusterServers]:
     """A cluster for this test only: it SIGKILLs one of its masters."""

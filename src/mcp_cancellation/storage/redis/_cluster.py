@@ -9,13 +9,14 @@ node, and the subscription is held on a connection to the slot's current master,
 again after every failover or slot move.
 
 redis-py's asyncio ``RedisCluster`` routes the scripts by their first key. Its own
-sharded pub/sub (redis-py >= 6) is not used: a plain connection to the slot's master is
-the same on every redis-py version the package supports, and the listener already
-reconnects and resynchronises after any loss.
+``ClusterPubSub`` is not used: a plain connection to the slot's master, subscribed with
+``PubSub.ssubscribe`` (asyncio, redis-py >= 8; 8.0 and 8.1 are excluded for a cluster bug),
+is all the listener needs, and it already reconnects and resynchronises after any loss.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
 
@@ -43,8 +44,18 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
 def is_cluster(client: object) -> bool:
-    """Whether *client* is redis-py's asyncio cluster client."""
-    return isinstance(client, RedisCluster)
+    """Whether *client* is redis-py's asyncio cluster client (which then must be recent
+    enough for sharded pub/sub: its asyncio ``PubSub.ssubscribe`` came in redis-py 8)."""
+    if not isinstance(client, RedisCluster):
+        return False
+    from redis.asyncio.client import PubSub
+
+    if not hasattr(PubSub, "ssubscribe"):
+        found = importlib.metadata.version("redis")
+        raise ConfigurationError(
+            f"a Redis Cluster needs redis-py >= 8.2 (sharded pub/sub); found {found}"
+        )
+    return True
 
 
 def is_cluster_url(url: str) -> bool:

@@ -98,10 +98,7 @@ class HomeLoop:
                 if self._concurrency is None:
                     result = await fn()
                 else:
-                    if self._gate is None:
-                        self._gate = asyncio.Semaphore(self._concurrency)
-                    async with self._gate:
-                        result = await fn()
+                    result = await self._gated(fn)
         except UNAVAILABLE as exc:
             if task is not None and task.cancelling() > cancelling:
                 raise asyncio.CancelledError from exc
@@ -112,6 +109,20 @@ class HomeLoop:
         if task is not None and task.cancelling() > cancelling:
             raise asyncio.CancelledError
         return result
+
+    async def _gated(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """*fn* with at most *concurrency* calls at once; a pool that still finds no free
+        connection (redis-py's cluster pool raises at once) is tried again shortly, so a
+        burst waits within the timeout as a blocking pool would."""
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self._concurrency or 1)
+        while True:
+            async with self._gate:
+                try:
+                    return await fn()
+                except redis_errors.MaxConnectionsError:
+                    pass
+            await asyncio.sleep(0.005)
 
     async def _forward(self, fn: Callable[[], Awaitable[T]], operation: str) -> T:
         home = self._running_home()

@@ -52,6 +52,9 @@ DEFAULT_PREFIX = "mcp-cancellation"
 DEFAULT_EVICTION_CHUNK = 250
 T = TypeVar("T")
 
+#: Connections per cluster node beyond the calls a worker runs at once.
+_CLUSTER_HEADROOM = 8
+
 _SCRIPTS = ("ADD", "TRACK", "UNTRACK", "REMOVE", "FINISH", "RESYNC", "CLEANUP", "SUMMARY")
 
 
@@ -91,8 +94,9 @@ class RedisStorage(Storage):
     ``socket_connect_timeout``); :meth:`from_url` builds either with sensible bounds. On a
     cluster, pushed cancellations use sharded pub/sub (Redis >= 7) and at most
     *max_concurrency* calls run at once (the others wait, within *timeout*), since the
-    cluster client's pool refuses a burst instead of queueing it. *timeout* caps every
-    storage call, retries included.
+    cluster client's pool refuses a burst instead of queueing it: with your own
+    ``RedisCluster``, keep it a few below the client's ``max_connections`` (per node).
+    *timeout* caps every storage call, retries included.
     *heartbeat_ttl* is how long a silent worker keeps its in-flight rows. *identity* names
     the table in metrics (the ``storage`` label); by default it is derived from the
     server's address, the database and the prefix (see :attr:`identity`).
@@ -214,7 +218,9 @@ class RedisStorage(Storage):
                 url,
                 socket_timeout=socket_timeout,
                 socket_connect_timeout=connect_timeout,
-                max_connections=max_connections,
+                # Room beside the calls (at most max_connections at once): the
+                # listener's slot lookup and redis-py's script loads.
+                max_connections=max_connections + _CLUSTER_HEADROOM,
                 retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), attempts),
                 decode_responses=False,
                 **client_kwargs,
