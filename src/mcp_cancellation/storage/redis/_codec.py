@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
+    "collect_evicted",
     "decode_reason",
     "encode_reason",
     "member",
@@ -49,3 +52,16 @@ def split_netstrings(data: bytes) -> list[bytes]:
         out.append(data[colon + 1 : colon + 1 + size])
         pos = colon + 1 + size
     return out
+
+
+def collect_evicted(evicted: list[tuple[str, int]], reply: list[Any]) -> None:
+    """Append one ``ADD`` reply's evictions, in eviction order, to *evicted*; a scope that
+    one call left part-way and the next finished is one entry, as if evicted at once."""
+    found = [(text(reply[i]), int(reply[i + 1])) for i in range(5, len(reply), 2)]
+    if reply[1]:  # one-row scopes evicted whole, after the others
+        found += [(text(s), 1) for s in split_netstrings(to_bytes(reply[1]))]
+    for scope, count in found:
+        if evicted and evicted[-1][0] == scope:
+            evicted[-1] = (scope, evicted[-1][1] + count)
+        else:
+            evicted.append((scope, count))

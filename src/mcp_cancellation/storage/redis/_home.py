@@ -153,6 +153,26 @@ class HomeLoop:
         )
         return await asyncio.wrap_future(future)
 
+    def from_thread(self, read: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T | None:
+        """The result of *read()* run on the home loop, for a caller on another thread that
+        cannot await (a metrics exporter); ``None`` when the home loop is not running, when
+        the caller is on it (blocking would stop the loop that must answer), on a timeout
+        or when the storage is unavailable."""
+        home = self.loop
+        if home is None or home.is_closed() or not home.is_running() or self.closed:
+            return None
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is home:
+                return None
+        future = asyncio.run_coroutine_threadsafe(read(), home)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            return None
+        except StorageUnavailable:
+            return None
+
     def soon(self, callback: Callable[[], object]) -> None:
         """Run *callback* on the home loop (now if this is it), unless it has closed."""
         home = self.loop

@@ -7,11 +7,10 @@ key layout and the scripts are in :mod:`._scripts`, the background push in :mod:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import uuid
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ..._extras import requires
@@ -21,23 +20,16 @@ from .._health import Health
 from .._in_flight import Row
 from ..base import AddResult, Limits, Storage, StorageStats, TableSummary
 from . import _scripts as scripts
-from ._cluster import (
-    ShardSubscription,
-    cluster_from_url,
-    cluster_identity,
-    is_cluster,
-    is_cluster_url,
-)
-from ._codec import decode_reason, encode_reason, member, split_netstrings, text, to_bytes
+from ._cluster import ShardSubscription, is_cluster
+from ._codec import collect_evicted, decode_reason, encode_reason, member, text, to_bytes
+from ._connect import client_from_url, table_identity
 from ._home import HomeLoop
 from ._local import LocalRequests
 from ._push import ChannelSubscription, Push, Subscription
 
 with requires("redis", "RedisStorage"):
-    from redis.asyncio import BlockingConnectionPool, Redis
+    from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
-    from redis.asyncio.retry import Retry
-    from redis.backoff import ExponentialBackoff, NoBackoff
 
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
@@ -52,38 +44,7 @@ DEFAULT_PREFIX = "mcp-cancellation"
 DEFAULT_EVICTION_CHUNK = 250
 T = TypeVar("T")
 
-#: Connections per cluster node beyond the calls a worker runs at once.
-_CLUSTER_HEADROOM = 8
-
 _SCRIPTS = ("ADD", "TRACK", "UNTRACK", "REMOVE", "FINISH", "RESYNC", "CLEANUP", "SUMMARY")
-
-
-def _identity(client: Redis | RedisCluster, prefix: str) -> str:
-    """Where the table lives, from the client's connection settings (no credentials)."""
-    if isinstance(client, RedisCluster):
-        return cluster_identity(client, prefix)
-    pool = getattr(client, "connection_pool", None)
-    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", None) or {}
-    db = kwargs.get("db", 0)
-    if kwargs.get("path"):
-        return f"unix://{kwargs['path']}?db={db}&prefix={prefix}"
-    host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
-    if ":" in str(host):
-        host = f"[{host}]"
-    return f"redis://{host}:{port}/{db}?prefix={prefix}"
-
-
-def _collect_evicted(evicted: list[tuple[str, int]], reply: list[Any]) -> None:
-    """Append one ``ADD`` reply's evictions, in eviction order, to *evicted*; a scope that
-    one call left part-way and the next finished is one entry, as if evicted at once."""
-    found = [(text(reply[i]), int(reply[i + 1])) for i in range(5, len(reply), 2)]
-    if reply[1]:  # one-row scopes evicted whole, after the others
-        found += [(text(s), 1) for s in split_netstrings(to_bytes(reply[1]))]
-    for scope, count in found:
-        if evicted and evicted[-1][0] == scope:
-            evicted[-1] = (scope, evicted[-1][1] + count)
-        else:
-            evicted.append((scope, count))
 
 
 class RedisStorage(Storage):
@@ -130,7 +91,7 @@ class RedisStorage(Storage):
         self._eviction_chunk = eviction_chunk
         self._redis = client
         self.prefix = prefix
-        self._identity = identity if identity is not None else _identity(client, prefix)
+        self._identity = identity if identity is not None else table_identity(client, prefix)
         self._prefix = to_bytes("{" + prefix + "}:")
         self._routing_key = self._prefix + b"scopes"
         self.timeout = timeout
@@ -148,13 +109,12 @@ class RedisStorage(Storage):
         self._pending: set[asyncio.Future[Any]] = set()
         self._health = Health(self, "Redis")
         subscription: Subscription
+        concurrency: int | None = None  # a blocking pool queues a burst by itself
         if isinstance(client, RedisCluster):
             subscription = ShardSubscription(client, self._routing_key)
-            # The cluster client's pool fails fast when exhausted: wait for a turn instead.
-            concurrency: int | None = max_concurrency
+            concurrency = max_concurrency  # the cluster pool refuses one: queue it here
         else:
             subscription = ChannelSubscription(client)
-            concurrency = None
         self._home = HomeLoop(timeout, self._on_call, self._health, concurrency)
         self._push = Push(
             client=client,
@@ -212,35 +172,19 @@ class RedisStorage(Storage):
             "identity": identity,
             "eviction_chunk": eviction_chunk,
         }
-        if cluster or (cluster is None and is_cluster_url(url)):
-            attempts = max(retries, int(timeout / 0.1))  # bounded by *timeout* anyway
-            client = cluster_from_url(
-                url,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=connect_timeout,
-                # Room beside the calls (at most max_connections at once): the
-                # listener's slot lookup and redis-py's script loads.
-                max_connections=max_connections + _CLUSTER_HEADROOM,
-                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), attempts),
-                decode_responses=False,
-                **client_kwargs,
-            )
-            return cls(client, max_concurrency=max_connections, **options)
-        if is_cluster_url(url):
-            raise ConfigurationError(f"{url!r} is a cluster URL but cluster=False")
-        # A blocking pool: a burst waits for one of max_connections (within the timeout)
-        # instead of opening connections without bound.
-        pool = BlockingConnectionPool.from_url(
+        client, concurrency = client_from_url(
             url,
-            max_connections=max_connections,
-            timeout=timeout,
             socket_timeout=socket_timeout,
-            socket_connect_timeout=connect_timeout,
-            retry=Retry(NoBackoff(), retries),
-            decode_responses=False,
+            connect_timeout=connect_timeout,
+            timeout=timeout,
+            retries=retries,
+            max_connections=max_connections,
+            cluster=cluster,
             **client_kwargs,
         )
-        return cls(Redis.from_pool(pool), **options)
+        if concurrency is not None:
+            options["max_concurrency"] = concurrency
+        return cls(client, **options)
 
     # -- identity and plumbing -----------------------------------------------------------
 
@@ -332,7 +276,7 @@ class RedisStorage(Storage):
         while True:  # more than one call only while a large eviction batch is under way
             reply = await self._run("ADD", *args, owed, partial, shadow)
             outcome = text(reply[0])
-            _collect_evicted(evicted, reply)
+            collect_evicted(evicted, reply)
             if outcome != "evicting":
                 break
             owed, partial = str(int(reply[2])), to_bytes(reply[3])
@@ -501,29 +445,13 @@ class RedisStorage(Storage):
 
     def stats_from_thread(self, timeout: float) -> StorageStats | None:
         """:meth:`stats` on the home loop, from another thread, within *timeout*."""
-        return self._from_thread(self.stats, timeout)
+        return self._home.from_thread(self.stats, timeout)
 
     def summary_from_thread(
         self, top_k: int, timeout: float, at_least: int | None = None
     ) -> TableSummary | None:
         """:meth:`summary` on the home loop, from another thread, within *timeout*."""
-        return self._from_thread(functools.partial(self.summary, top_k, at_least), timeout)
-
-    def _from_thread(self, read: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T | None:
-        home = self._home.loop
-        if home is None or home.is_closed() or not home.is_running() or self._home.closed:
-            return None
-        with contextlib.suppress(RuntimeError):
-            if asyncio.get_running_loop() is home:
-                return None  # blocking here would stop the loop that must answer
-        future = asyncio.run_coroutine_threadsafe(read(), home)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            return None
-        except StorageUnavailable:
-            return None
+        return self._home.from_thread(functools.partial(self.summary, top_k, at_least), timeout)
 
     # -- push ----------------------------------------------------------------------------
 

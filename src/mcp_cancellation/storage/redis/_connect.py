@@ -1,0 +1,79 @@
+"""How a Redis storage reaches its table: a client from a URL (one server behind a
+blocking pool, or a cluster) and the table's identity (private)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._extras import requires
+from ...errors import ConfigurationError
+from ._cluster import cluster_from_url, cluster_identity, is_cluster_url
+
+with requires("redis", "RedisStorage"):
+    from redis.asyncio import BlockingConnectionPool, Redis
+    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff, NoBackoff
+
+__all__ = ["client_from_url", "table_identity"]
+
+#: Connections per cluster node beyond the calls a worker runs at once: the listener's
+#: slot lookup and redis-py's script loads.
+CLUSTER_HEADROOM = 8
+
+
+def client_from_url(
+    url: str,
+    *,
+    socket_timeout: float,
+    connect_timeout: float,
+    timeout: float,
+    retries: int,
+    max_connections: int,
+    cluster: bool | None,
+    **client_kwargs: Any,
+) -> tuple[Redis | RedisCluster, int | None]:
+    """The client for *url* and, for a cluster, how many calls may run at once (see
+    :meth:`RedisStorage.from_url <mcp_cancellation.storage.redis.RedisStorage.from_url>`)."""
+    if cluster or (cluster is None and is_cluster_url(url)):
+        attempts = max(retries, int(timeout / 0.1))  # bounded by *timeout* anyway
+        client = cluster_from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=connect_timeout,
+            max_connections=max_connections + CLUSTER_HEADROOM,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), attempts),
+            decode_responses=False,
+            **client_kwargs,
+        )
+        return client, max_connections
+    if is_cluster_url(url):
+        raise ConfigurationError(f"{url!r} is a cluster URL but cluster=False")
+    # A blocking pool: a burst waits for one of max_connections (within the timeout)
+    # instead of opening connections without bound.
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=timeout,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
+        retry=Retry(NoBackoff(), retries),
+        decode_responses=False,
+        **client_kwargs,
+    )
+    return Redis.from_pool(pool), None
+
+
+def table_identity(client: Redis | RedisCluster, prefix: str) -> str:
+    """Where the table lives, from the client's connection settings (no credentials)."""
+    if isinstance(client, RedisCluster):
+        return cluster_identity(client, prefix)
+    pool = getattr(client, "connection_pool", None)
+    kwargs: dict[str, Any] = getattr(pool, "connection_kwargs", None) or {}
+    db = kwargs.get("db", 0)
+    if kwargs.get("path"):
+        return f"unix://{kwargs['path']}?db={db}&prefix={prefix}"
+    host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
+    if ":" in str(host):
+        host = f"[{host}]"
+    return f"redis://{host}:{port}/{db}?prefix={prefix}"
