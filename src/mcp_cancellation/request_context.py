@@ -13,19 +13,34 @@ import logging
 import time
 from contextvars import Token
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from . import signals
 from ._ids import normalize_id
-from ._owners import Owner, current_owner_object
+from ._owners import Owner, Owners, current_owner_object
 from .context import _current
 from .errors import RequestCancelled, StorageUnavailable
 from .token import RequestToken
 
 if TYPE_CHECKING:
-    from .registry import CancellationRegistry
+    from .storage.base import Storage
 
-__all__ = ["RequestContext"]
+__all__ = ["RequestContext", "RequestHost"]
+
+
+class RequestHost(Protocol):
+    """What a request needs of its registry: the public attributes of a
+    :class:`~mcp_cancellation.CancellationRegistry` (which sends ``request.stopped``)."""
+
+    @property
+    def owners(self) -> Owners: ...
+
+    @property
+    def storage(self) -> Storage: ...
+
+    @property
+    def cancel_grace(self) -> float: ...
+
 
 logger = logging.getLogger("mcp_cancellation")
 
@@ -42,7 +57,7 @@ class RequestContext(Owner):
 
     def __init__(
         self,
-        registry: CancellationRegistry,
+        registry: RequestHost,
         request_id: object,
         scope: str,
         tool: str | None = None,

@@ -6,18 +6,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import signals
-from .._asgi import Message, Receive, Scope, Send
+from .._asgi import ASGIApp, Message, Receive, Scope, Send
 from ..errors import REQUEST_CANCELLED
 from ..scope import scope_kind
 from ..token import Outcome, RequestToken
 
 if TYPE_CHECKING:
-    from .asgi import CancellationMiddleware
+    from ..registry import CancellationRegistry
 
-__all__ = ["DISCONNECT_REASON", "Exchange", "replay"]
+
+class Host(Protocol):
+    """What an exchange needs of the middleware that runs it."""
+
+    app: ASGIApp
+    registry: CancellationRegistry
+    stream_cancel_timeout: float | None
+
+
+__all__ = ["DISCONNECT_REASON", "Exchange", "Host", "replay"]
 
 logger = logging.getLogger("mcp_cancellation.asgi")
 
@@ -86,7 +95,7 @@ class Exchange:
 
     def __init__(
         self,
-        middleware: CancellationMiddleware,
+        middleware: Host,
         scope: Scope,
         receive: Receive,
         send: Send,
