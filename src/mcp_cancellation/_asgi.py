@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-__all__ = ["ASGIApp", "Message", "Receive", "Scope", "Send", "header", "send_response"]
+__all__ = [
+    "ASGIApp",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "header",
+    "send_response",
+    "serve_lifespan",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -48,3 +57,15 @@ async def send_response(
     await send(
         {"type": "http.response.body", "body": body if send_body else b"", "more_body": False}
     )
+
+
+async def serve_lifespan(receive: Receive, send: Send) -> None:
+    """Answer an ASGI lifespan for an app with nothing to start or stop: startup and
+    shutdown complete at once; returns after shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

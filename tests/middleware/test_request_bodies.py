@@ -15,6 +15,7 @@ from mcp_cancellation import (
     CancellationRegistry,
     MemoryStorage,
 )
+from mcp_cancellation._asgi import serve_lifespan
 
 from ..support import UvicornThread, async_wait_until, stats_now
 from .conftest import (
@@ -38,13 +39,8 @@ class RecordingApp:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                else:
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
+            return
         from mcp_cancellation import current_token
 
         self.tokens.append(current_token())

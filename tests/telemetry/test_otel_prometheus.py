@@ -24,6 +24,7 @@ from mcp_cancellation import (
     InvalidRequestId,
     dashboards,
 )
+from mcp_cancellation._asgi import serve_lifespan
 from mcp_cancellation.storage.redis import RedisStorage
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.prometheus import METRIC_NAMES, metrics_app
@@ -61,9 +62,7 @@ async def test_otel_exporter_matches_prometheus_client(redis_server: Any) -> Non
 
     async def otel_path(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":  # prometheus_client's app speaks HTTP only
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await serve_lifespan(receive, send)
             return
         await exporter_app(scope, receive, send)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..._asgi import Receive, Scope, Send, header, send_response
+from ..._asgi import Receive, Scope, Send, header, send_response, serve_lifespan
 from ..._extras import requires
 from .._bridge import Setups
 from .._labels import resolve_key
@@ -33,13 +33,8 @@ class MetricsApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         method = scope.get("method", "GET")
