@@ -71,45 +71,46 @@ def _request_key() -> str:
     return token.request_id if token is not None else "untracked"
 
 
-async def poll_tool(log: ToolLog, seconds: float) -> str:
+@contextlib.contextmanager
+def _marked(log: ToolLog) -> Iterator[str]:
+    """Mark the current request ``started``, then how its tool ended: ``completed``,
+    ``cancelled`` (a cancellation raised in it) or ``killed`` (its task was cancelled)."""
     key = _request_key()
     log.mark(key, "started")
-    token = current_token()
-    deadline = time.monotonic() + seconds
     try:
+        yield key
+    except anyio.get_cancelled_exc_class():
+        log.mark(key, "killed")
+        raise
+    except BaseException:
+        log.mark(key, "cancelled")
+        raise
+    log.mark(key, "completed")
+
+
+async def poll_tool(log: ToolLog, seconds: float) -> str:
+    with _marked(log):
+        token = current_token()
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if token is not None:
                 token.raise_if_cancelled()
             await anyio.sleep(POLL)
-    except BaseException as exc:
-        log.mark(
-            key, "cancelled" if not isinstance(exc, anyio.get_cancelled_exc_class()) else "killed"
-        )
-        raise
-    log.mark(key, "completed")
     return "completed"
 
 
 async def stuck_tool(log: ToolLog, seconds: float) -> str:
-    key = _request_key()
-    log.mark(key, "started")
-    try:
+    with _marked(log):
         await anyio.sleep(seconds)
-    except BaseException:
-        log.mark(key, "killed")
-        raise
-    log.mark(key, "completed")
     return "completed"
 
 
 async def hold_tool(log: ToolLog, key: str) -> str:
-    request_key = _request_key()
-    log.mark(request_key, "started")
-    deadline = time.monotonic() + 30
-    # released from the test's thread: poll, an anyio.Event is bound to one loop
-    while not log.released(key) and time.monotonic() < deadline:  # noqa: ASYNC110
-        await anyio.sleep(POLL)
-    log.mark(request_key, "completed")
+    with _marked(log):
+        deadline = time.monotonic() + 30
+        # released from the test's thread: poll, an anyio.Event is bound to one loop
+        while not log.released(key) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await anyio.sleep(POLL)
     return "completed"
 
 
