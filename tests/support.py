@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import uvicorn
 
-from mcp_cancellation import CancellationRegistry, Storage, StorageStats
+from mcp_cancellation import CancellationRegistry, RequestToken, Storage, StorageStats
 
 __all__ = [
     "RedisServer",
@@ -105,6 +105,40 @@ class Registries:
     async def aclose(self) -> None:
         for registry in self.made:
             await registry.aclose()
+
+
+class HeldRequest:
+    """A request served by its own task (``registry.request()``), held open until
+    released: ``await started()`` gives its token, ``await finish()`` ends it; or use it
+    as ``async with HeldRequest(...) as token:``."""
+
+    def __init__(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.token: RequestToken | None = None
+        self.task = asyncio.create_task(self._serve(registry, request_id, scope))
+
+    async def _serve(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
+        async with registry.request(request_id, scope=scope) as token:
+            self.token = token
+            self.entered.set()
+            await self.release.wait()
+
+    async def started(self) -> RequestToken:
+        await self.entered.wait()
+        assert self.token is not None
+        return self.token
+
+    async def finish(self) -> None:
+        self.release.set()
+        await self.task
+
+    async def __aenter__(self) -> RequestToken:
+        return await asyncio.wait_for(self.started(), 15)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release.set()
+        await asyncio.wait_for(self.task, 15)
 
 
 def stats_now(registry: CancellationRegistry) -> StorageStats:

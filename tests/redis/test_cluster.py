@@ -5,44 +5,24 @@ of the master that holds the table survived as docs/deployment.md says."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 from redis.asyncio.cluster import RedisCluster
 
-from mcp_cancellation import CancellationRegistry, ConfigurationError, RequestToken, signals
+from mcp_cancellation import CancellationRegistry, ConfigurationError, signals
 from mcp_cancellation.storage.redis import RedisStorage
 from mcp_cancellation.telemetry.prometheus import metrics_app
 
-from ..support import RedisClusterServers, async_wait_until
+from ..support import HeldRequest, RedisClusterServers, async_wait_until
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
 
 
 def _first_node(cluster: RedisClusterServers) -> str:
     return f"127.0.0.1:{cluster.nodes[0].port}"
-
-
-@contextlib.asynccontextmanager
-async def _held(registry: CancellationRegistry, request_id: str) -> AsyncIterator[RequestToken]:
-    """A request of *registry* held open (in its own task) for the block."""
-    entered: asyncio.Queue[RequestToken] = asyncio.Queue()
-    release = asyncio.Event()
-
-    async def serve() -> None:
-        async with registry.request(request_id, "session:s") as token:
-            entered.put_nowait(token)
-            await release.wait()
-
-    task = asyncio.create_task(serve())
-    try:
-        yield await asyncio.wait_for(entered.get(), 10)
-    finally:
-        release.set()
-        await asyncio.wait_for(task, 15)
 
 
 async def _subscribed(*registries: CancellationRegistry) -> None:
@@ -71,7 +51,7 @@ async def test_from_url_builds_a_cluster_client_and_workers_share_the_table(
         assert by_url.identity.startswith("redis+cluster://127.0.0.1:")
         assert by_url.identity.endswith("?prefix=cluster-url")
         await _subscribed(*registries)
-        async with _held(registries[0], "job") as token:
+        async with HeldRequest(registries[0], "job", "session:s") as token:
             await registries[2].cancel("job", "from the third worker", "session:s")
             await async_wait_until(lambda: token.cancelled, within=10)
             assert token.reason == "from the third worker"
@@ -120,7 +100,7 @@ async def test_push_uses_sharded_pub_sub_on_the_tables_shard(
             classic = client.execute_command("PUBSUB", "NUMSUB", channel)
         assert list(sharded) == [channel, 1]
         assert classic[1] == 0  # nothing on a cluster-wide channel
-        async with _held(registries[0], "pushed") as token:
+        async with HeldRequest(registries[0], "pushed", "session:s") as token:
             await registries[1].cancel("pushed", "pushed", "session:s")
             await async_wait_until(lambda: token.cancelled, within=10)
     finally:
@@ -187,7 +167,7 @@ async def test_a_killed_master_is_replaced_and_the_registry_keeps_serving(
             await _subscribed(*workers)
             storage = workers[0].storage
             assert isinstance(storage, RedisStorage)
-            async with _held(workers[0], "long job") as token:
+            async with HeldRequest(workers[0], "long job", "session:s") as token:
                 loop = asyncio.get_running_loop()
                 victim = await loop.run_in_executor(
                     None, own_cluster.kill_master_of, storage.key("scopes")
@@ -207,7 +187,7 @@ async def test_a_killed_master_is_replaced_and_the_registry_keeps_serving(
                 await async_wait_until(lambda: token.cancelled, within=10)
                 assert token.reason == "after the failover"
             # A new request after the failover works end to end too.
-            async with _held(workers[0], "new job") as token:
+            async with HeldRequest(workers[0], "new job", "session:s") as token:
                 await workers[1].cancel("new job", None, "session:s")
                 await async_wait_until(lambda: token.cancelled, within=10)
         for registry in workers:

@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 from mcp_cancellation import CancellationRegistry
 
-from ..support import RedisServer, async_wait_until
+from ..support import HeldRequest, RedisServer, async_wait_until
 from .conftest import MakeRegistry, ObservedRedisStorage
 
 pytestmark = pytest.mark.redis
@@ -30,17 +30,9 @@ async def test_a_worker_whose_heartbeat_lapsed_resyncs_even_if_a_request_starts_
     storage = ObservedRedisStorage.from_url(server.url, prefix=prefix, heartbeat_ttl=60)
     worker = CancellationRegistry(storage, janitor_interval=None)
     other = make_registry()
-    hold = asyncio.Event()
-    started = asyncio.Event()
-
-    async def tool() -> None:
-        async with worker.request("old", "s"):
-            started.set()
-            await hold.wait()
-
-    task = asyncio.create_task(tool())
+    old = HeldRequest(worker, "old", "s")
     try:
-        await started.wait()
+        await old.started()
         # The resync that follows the listener's first subscription has run: nothing else
         # re-tracks the worker's rows until TRACK finds the heartbeat missing.
         await async_wait_until(lambda: storage.subscribed and storage.resyncs >= 1)
@@ -53,9 +45,8 @@ async def test_a_worker_whose_heartbeat_lapsed_resyncs_even_if_a_request_starts_
             await async_wait_until(lambda: storage.resyncs >= 2)
             assert await other.in_flight("old", scope="s")
             assert await other.cancel_in_flight("old", "stop", scope="s")
-        hold.set()
-        await task
+        await old.finish()
     finally:
-        hold.set()
-        await asyncio.gather(task, return_exceptions=True)
+        old.release.set()
+        await asyncio.gather(old.task, return_exceptions=True)
         await worker.aclose()

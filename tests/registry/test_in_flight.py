@@ -3,39 +3,13 @@ in the caller's own scope."""
 
 from __future__ import annotations
 
-import asyncio
-
 from mcp_cancellation import CancellationRegistry, RequestToken
 
+from ..support import HeldRequest
 from ._util import in_flight, rows
 
 
-class _Held:
-    """A request served by its own task (``registry.request()``), held open until released."""
-
-    def __init__(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-        self.token: RequestToken | None = None
-        self.task = asyncio.create_task(self._serve(registry, request_id, scope))
-
-    async def _serve(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
-        async with registry.request(request_id, scope=scope) as token:
-            self.token = token
-            self.entered.set()
-            await self.release.wait()
-
-    async def started(self) -> RequestToken:
-        await self.entered.wait()
-        assert self.token is not None
-        return self.token
-
-    async def finish(self) -> None:
-        self.release.set()
-        await self.task
-
-
-class _Tracked(_Held):
+class _Tracked(HeldRequest):
     """The same, with ``track()`` and ``untrack()`` instead of ``request()``."""
 
     async def _serve(self, registry: CancellationRegistry, request_id: object, scope: str) -> None:
@@ -68,7 +42,7 @@ async def test_tracking_twice_in_one_task_keeps_one_row(registry: CancellationRe
 
 
 async def test_two_requests_reusing_an_id_each_hold_a_row(registry: CancellationRegistry) -> None:
-    first, second = _Held(registry, 1, "s"), _Held(registry, 1, "s")
+    first, second = HeldRequest(registry, 1, "s"), HeldRequest(registry, 1, "s")
     first_token, second_token = await first.started(), await second.started()
     assert await in_flight(registry) == {"s": 2}
 
@@ -103,7 +77,7 @@ async def test_untrack_removes_only_the_callers_own_row(registry: CancellationRe
 
 
 async def test_a_cancellation_reaches_every_owner_of_the_id(registry: CancellationRegistry) -> None:
-    held = [_Held(registry, "job", "s") for _ in range(3)]
+    held = [HeldRequest(registry, "job", "s") for _ in range(3)]
     tokens = [await h.started() for h in held]
     assert await registry.cancel_in_flight("job", "all of them", scope="s")
     assert all(token.cancelled and token.reason == "all of them" for token in tokens)
@@ -119,7 +93,7 @@ async def test_cancel_in_flight_ignores_unknown_ids(registry: CancellationRegist
 
 
 async def test_cancel_in_flight_ignores_other_scopes(registry: CancellationRegistry) -> None:
-    victim = _Held(registry, 1, "ip:192.0.2.1")
+    victim = HeldRequest(registry, 1, "ip:192.0.2.1")
     token = await victim.started()
     assert not await registry.cancel_in_flight(1, "not yours", scope="ip:192.0.2.2")
     assert not await registry.cancel_in_flight(1, "not yours", scope="global")
@@ -129,7 +103,7 @@ async def test_cancel_in_flight_ignores_other_scopes(registry: CancellationRegis
 
 
 async def test_cancel_in_flight_ignores_finished_requests(registry: CancellationRegistry) -> None:
-    done = _Held(registry, 1, "s")
+    done = HeldRequest(registry, 1, "s")
     await done.started()
     await done.finish()
     assert not await registry.cancel_in_flight(1, scope="s")
@@ -137,7 +111,7 @@ async def test_cancel_in_flight_ignores_finished_requests(registry: Cancellation
 
 
 async def test_cancel_in_flight_records_a_row(registry: CancellationRegistry) -> None:
-    held = _Held(registry, 1, "s")
+    held = HeldRequest(registry, 1, "s")
     await held.started()
     assert await registry.cancel_in_flight(1, "why", scope="s")
     assert await registry.is_cancelled(1, scope="s")
@@ -152,10 +126,10 @@ async def test_a_request_started_after_a_recorded_cancellation_of_a_reused_id(
 ) -> None:
     # A row recorded while another request with the same id was in flight is still there
     # for a second request that starts before the first ends: it starts cancelled.
-    first = _Held(registry, 1, "s")
+    first = HeldRequest(registry, 1, "s")
     await first.started()
     await registry.cancel_in_flight(1, scope="s")
-    second = _Held(registry, 1, "s")
+    second = HeldRequest(registry, 1, "s")
     assert (await second.started()).cancelled
     await first.finish()
     await second.finish()
