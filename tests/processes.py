@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,57 +45,61 @@ def start_simulator(url: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen([*command, *args, "--json"], stdout=subprocess.PIPE, stderr=err)
 
 
-class DemoProcess:
-    """``mcp-cancellation demo`` in a subprocess, exactly as a user starts it."""
+class _ServerProcess:
+    """A server subprocess on a free 127.0.0.1 port, its output in its :class:`ServerLog`;
+    ready once *ready_path* answers 200, stopped (terminate, then kill) by :meth:`stop`."""
 
-    def __init__(self, *args: str, log: Path) -> None:
-        self.port = 0
-        self.args = args
-        self.log = log
-        self.server_log = ServerLog("mcp-cancellation demo", log)
-        self.process: subprocess.Popen[bytes] | None = None
+    port = 0
+    process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> DemoProcess:
-        command = [sys.executable, "-m", "mcp_cancellation", "demo", "--host", "127.0.0.1"]
-
+    def start(self, argv: Callable[[int], list[str]], ready_path: str, log: ServerLog) -> None:
         def spawn(port: int) -> subprocess.Popen[bytes]:
-            with self.log.open("wb") as out:
-                return subprocess.Popen(
-                    [*command, "--port", str(port), *self.args],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
+            with log.path.open("ab") as out:
+                return subprocess.Popen(argv(port), stdout=out, stderr=subprocess.STDOUT)
 
         self.port, self.process = start_on_free_port(
-            spawn, lambda port: _answers(f"http://127.0.0.1:{port}/metrics"), self.server_log
+            spawn, lambda port: _answers(f"http://127.0.0.1:{port}{ready_path}"), log
+        )
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process)
+            self.process = None
+
+
+class DemoProcess(_ServerProcess):
+    """``mcp-cancellation demo`` in a subprocess, exactly as a user starts it."""
+
+    def __init__(self, *args: str, log: Path) -> None:
+        self.args = args
+        self.server_log = ServerLog("mcp-cancellation demo", log)
+
+    def __enter__(self) -> DemoProcess:
+        command = [sys.executable, "-m", "mcp_cancellation", "demo", "--host", "127.0.0.1"]
+        self.start(
+            lambda port: [*command, "--port", str(port), *self.args], "/metrics", self.server_log
         )
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.process is not None:
-            stop_process(self.process)
+        self.stop()
 
 
-class PrometheusServer:
+class PrometheusServer(_ServerProcess):
     """A real Prometheus server on loopback, scraping *targets* every second.
 
     *rule_files* are copied next to the configuration; rules are evaluated every second.
     """
 
     def __init__(self, targets: Sequence[str], rule_files: Sequence[Path] = ()) -> None:
-        self.port = 0
         self.dir = Path(tempfile.mkdtemp(prefix="mcp-cancellation-prometheus-"))
         self.targets = targets
         self.rule_files = rule_files
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        self.server_log = ServerLog("prometheus", self.dir / "prometheus.log")
 
     def _config(self) -> str:
         rules = []
@@ -115,31 +119,21 @@ class PrometheusServer:
     def __enter__(self) -> PrometheusServer:
         config = self.dir / "prometheus.yml"
         config.write_text(self._config(), encoding="utf-8")
-        self.server_log = ServerLog("prometheus", self.dir / "prometheus.log")
-        self.log = self.server_log.path.open("wb")
-
-        def spawn(port: int) -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                [
-                    binary("prometheus"),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={self.dir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    "--storage.tsdb.retention.time=1h",
-                ],
-                stdout=self.log,
-                stderr=subprocess.STDOUT,
-            )
-
-        self.port, self.process = start_on_free_port(
-            spawn, lambda port: _answers(f"http://127.0.0.1:{port}/-/ready"), self.server_log
+        self.start(
+            lambda port: [
+                binary("prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            "/-/ready",
+            self.server_log,
         )
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.process is not None:
-            stop_process(self.process)
-        self.log.close()
+        self.stop()
         self.server_log.keep()
         shutil.rmtree(self.dir, ignore_errors=True)
 
