@@ -8,19 +8,11 @@ from typing import Any
 import httpx
 import pytest
 
-from mcp_cancellation import (
-    CancellationMiddleware,
-    CancellationRegistry,
-    MemoryStorage,
-)
+from mcp_cancellation import CancellationMiddleware, CancellationRegistry, MemoryStorage
 from mcp_cancellation.scope import SESSION_KEY
 
 from ..support import UvicornThread, async_wait_until
-from .conftest import (
-    Serve,
-    ToolLog,
-    start_and_cancel,
-)
+from .conftest import Serve, ToolLog, start_and_cancel
 
 pytestmark = pytest.mark.e2e
 

@@ -8,12 +8,7 @@ import httpx
 import pytest
 
 from ..support import async_wait_until
-from .conftest import (
-    SSE_AND_JSON,
-    Serve,
-    call_body,
-    final_message,
-)
+from .conftest import SSE_AND_JSON, Serve, call_body, final_message
 
 pytestmark = pytest.mark.e2e
 

@@ -15,10 +15,7 @@ from mcp_cancellation import (
 )
 
 from ..support import UvicornThread
-from .conftest import (
-    ToolLog,
-    build_sdk_app,
-)
+from .conftest import ToolLog, build_sdk_app
 
 pytestmark = pytest.mark.e2e
 

@@ -7,10 +7,7 @@ import anyio
 import httpx
 import pytest
 
-from .conftest import (
-    Serve,
-    start_and_cancel,
-)
+from .conftest import Serve, start_and_cancel
 
 pytestmark = pytest.mark.e2e
 

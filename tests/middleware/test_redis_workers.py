@@ -11,14 +11,7 @@ from mcp_cancellation import REQUEST_CANCELLED
 
 from ..conftest import redis_url
 from ..support import async_wait_until
-from .conftest import (
-    SSE_AND_JSON,
-    Serve,
-    call_body,
-    cancel_body,
-    final_message,
-    workers_sharing,
-)
+from .conftest import SSE_AND_JSON, Serve, call_body, cancel_body, final_message, workers_sharing
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 

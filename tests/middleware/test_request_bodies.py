@@ -10,20 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from mcp_cancellation import (
-    CancellationMiddleware,
-    CancellationRegistry,
-    MemoryStorage,
-)
+from mcp_cancellation import CancellationMiddleware, CancellationRegistry, MemoryStorage
 from mcp_cancellation._asgi import serve_lifespan
 
 from ..support import UvicornThread, async_wait_until, stats_now
-from .conftest import (
-    SSE_AND_JSON,
-    Serve,
-    call_body,
-    cancel_body,
-)
+from .conftest import SSE_AND_JSON, Serve, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 

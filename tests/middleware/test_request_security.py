@@ -13,13 +13,7 @@ from mcp_cancellation import CancellationRegistry
 from mcp_cancellation.storage.memory import MemoryStorage
 
 from ..support import UvicornThread, async_wait_until
-from .conftest import (
-    SSE_AND_JSON,
-    Serve,
-    call_body,
-    cancel_body,
-    final_message,
-)
+from .conftest import SSE_AND_JSON, Serve, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
 

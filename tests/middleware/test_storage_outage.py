@@ -9,19 +9,10 @@ import anyio
 import httpx
 import pytest
 
-from mcp_cancellation import (
-    CancellationRegistry,
-    MemoryStorage,
-    StorageUnavailable,
-)
+from mcp_cancellation import CancellationRegistry, MemoryStorage, StorageUnavailable
 from mcp_cancellation.storage.base import AddResult
 
-from .conftest import (
-    SSE_AND_JSON,
-    Serve,
-    call_body,
-    cancel_body,
-)
+from .conftest import SSE_AND_JSON, Serve, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 

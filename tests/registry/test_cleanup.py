@@ -10,12 +10,7 @@ from typing import Any
 
 import pytest
 
-from mcp_cancellation import (
-    CancellationRegistry,
-    CleanupResult,
-    ConfigurationError,
-    MemoryStorage,
-)
+from mcp_cancellation import CancellationRegistry, CleanupResult, ConfigurationError, MemoryStorage
 
 from ._util import MakeRegistry, in_flight, rows
 

@@ -13,11 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcp_cancellation import (
-    CancellationLimitReached,
-    CancellationRegistry,
-    MemoryStorage,
-)
+from mcp_cancellation import CancellationLimitReached, CancellationRegistry, MemoryStorage
 
 from ._util import MakeRegistry
 

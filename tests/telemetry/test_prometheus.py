@@ -24,11 +24,7 @@ from mcp_cancellation import (
 )
 from mcp_cancellation.scope import SCOPE_KINDS
 from mcp_cancellation.telemetry._labels import DEFAULT_HASH_KEY, HASH_KEY_ENV
-from mcp_cancellation.telemetry.prometheus import (
-    METRIC_NAMES,
-    PrometheusBridge,
-    metrics_app,
-)
+from mcp_cancellation.telemetry.prometheus import METRIC_NAMES, PrometheusBridge, metrics_app
 from mcp_cancellation.telemetry.prometheus.catalogue import SERIES
 
 from ..conftest import MakeRegistry
