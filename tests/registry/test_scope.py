@@ -174,26 +174,32 @@ def test_a_principal_named_like_an_ip_differs_from_that_ip() -> None:
 PROXIES = ("10.0.0.0/8", "2001:db8:ffff::1")
 
 
-def xff(*values: str) -> list[tuple[bytes, bytes]]:
+Headers = list[tuple[bytes, bytes]]
+
+
+def xff(*values: str) -> Headers:
     return [(b"x-forwarded-for", value.encode()) for value in values]
 
 
-def forwarded(*values: str) -> list[tuple[bytes, bytes]]:
+def forwarded(*values: str) -> Headers:
     return [(b"forwarded", value.encode()) for value in values]
 
 
-def test_forwarded_headers_are_ignored_without_trusted_proxies() -> None:
-    asgi = http("10.0.0.1", xff("198.51.100.7"))
-    assert scope_of(asgi) == "ip:10.0.0.1"
-    asgi = http("10.0.0.1", forwarded("for=198.51.100.7"))
-    assert scope_of(asgi) == "ip:10.0.0.1"
+#: Each forwarding header, claiming the client 198.51.100.7.
+CLAIMS = [
+    pytest.param(xff("198.51.100.7"), id="x-forwarded-for"),
+    pytest.param(forwarded("for=198.51.100.7"), id="forwarded"),
+]
 
 
-def test_forwarded_headers_are_ignored_from_an_untrusted_peer() -> None:
-    asgi = http("192.0.2.66", xff("198.51.100.7"))
-    assert scope_of(asgi, trusted_proxies=PROXIES) == "ip:192.0.2.66"
-    asgi = http("192.0.2.66", forwarded("for=198.51.100.7"))
-    assert scope_of(asgi, trusted_proxies=PROXIES) == "ip:192.0.2.66"
+@pytest.mark.parametrize("claim", CLAIMS)
+def test_forwarded_headers_are_ignored_without_trusted_proxies(claim: Headers) -> None:
+    assert scope_of(http("10.0.0.1", claim)) == "ip:10.0.0.1"
+
+
+@pytest.mark.parametrize("claim", CLAIMS)
+def test_forwarded_headers_are_ignored_from_an_untrusted_peer(claim: Headers) -> None:
+    assert scope_of(http("192.0.2.66", claim), trusted_proxies=PROXIES) == "ip:192.0.2.66"
 
 
 def test_x_forwarded_for_from_a_trusted_proxy() -> None:
@@ -232,11 +238,15 @@ def test_a_trusted_ipv6_proxy_and_a_mapped_client() -> None:
     assert scope_of(asgi, trusted_proxies=PROXIES) == "ip:198.51.100.9"
 
 
-def test_a_malformed_forwarded_address_is_unknown() -> None:
-    asgi = http("10.0.0.1", xff("not-an-ip"))
-    assert scope_of(asgi, trusted_proxies=PROXIES) == "ip:unknown"
-    asgi = http("10.0.0.1", forwarded("for=_hidden"))
-    assert scope_of(asgi, trusted_proxies=PROXIES) == "ip:unknown"
+@pytest.mark.parametrize(
+    "claim",
+    [
+        pytest.param(xff("not-an-ip"), id="x-forwarded-for"),
+        pytest.param(forwarded("for=_hidden"), id="forwarded"),
+    ],
+)
+def test_a_malformed_forwarded_address_is_unknown(claim: Headers) -> None:
+    assert scope_of(http("10.0.0.1", claim), trusted_proxies=PROXIES) == "ip:unknown"
 
 
 def test_a_trusted_proxy_without_forwarding_headers_is_the_client() -> None:
