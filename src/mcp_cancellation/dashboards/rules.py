@@ -14,7 +14,7 @@ from importlib import resources
 from typing import Any
 
 from .config import RUNBOOK_BASE
-from .validation import metric_names_in
+from .validation import METRIC_NAME, metric_names_in
 
 __all__ = [
     "RULES_FILE",
@@ -28,7 +28,8 @@ __all__ = [
 #: The name of the rules file, in the package and in an exported directory.
 RULES_FILE = "alerts.yaml"
 
-_METRIC = re.compile(r"\b(mcp_cancellation_[a-zA-Z0-9_]*[a-zA-Z0-9])(\{)?")
+#: A metric name, and the brace of its selector if it has one.
+_METRIC = re.compile(rf"({METRIC_NAME})(\{{)?")
 _EXPR = re.compile(r"^(\s*)expr: [|>]-?\s*$")
 
 

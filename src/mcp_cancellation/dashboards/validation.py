@@ -11,6 +11,7 @@ from typing import Any
 from .config import DEFAULT, DashboardConfig
 
 __all__ = [
+    "METRIC_NAME",
     "PanelQuery",
     "check_dashboard",
     "known_metric_names",
@@ -20,7 +21,9 @@ __all__ = [
 ]
 
 _RATE = "$__rate_interval"
-_METRIC = re.compile(r"\bmcp_cancellation_[a-zA-Z0-9_]*[a-zA-Z0-9]")
+#: A metric name of this package inside a PromQL expression.
+METRIC_NAME = r"\bmcp_cancellation_[a-zA-Z0-9_]*[a-zA-Z0-9]"
+_METRIC = re.compile(METRIC_NAME)
 _RANGE = re.compile(r"\[([^\]]*)\]")
 
 
