@@ -260,6 +260,13 @@ def serve() -> Iterator[Serve]:
         yield start
 
 
+@pytest.fixture(params=["sdk", "fastmcp"])
+def flavour(request: pytest.FixtureRequest) -> str:
+    """The server a test runs against: the mcp SDK's app, then FastMCP's."""
+    name: str = request.param
+    return name
+
+
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     """A raw HTTP client from 127.0.0.1."""

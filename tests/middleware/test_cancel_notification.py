@@ -19,11 +19,9 @@ from .conftest import SSE_AND_JSON, Serve, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
 
-FLAVOURS = ["sdk", "fastmcp"]
 MODES = [pytest.param(False, id="sse"), pytest.param(True, id="json")]
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
 @pytest.mark.parametrize("json_response", MODES)
 async def test_second_connection_cancels_and_client_gets_32800(
     serve: Serve, http: httpx.AsyncClient, flavour: str, json_response: bool
@@ -58,7 +56,6 @@ async def test_second_connection_cancels_and_client_gets_32800(
     await harness.wait_empty()
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
 async def test_other_caller_cannot_cancel(
     serve: Serve, http: httpx.AsyncClient, other_http: httpx.AsyncClient, flavour: str
 ) -> None:
@@ -100,7 +97,6 @@ async def test_other_caller_cannot_cancel(
     await harness.wait_empty()
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
 async def test_same_id_two_callers_cancel_one_only(
     serve: Serve, http: httpx.AsyncClient, other_http: httpx.AsyncClient, flavour: str
 ) -> None:

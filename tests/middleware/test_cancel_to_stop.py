@@ -38,7 +38,6 @@ from .conftest import (
 from .test_disconnect import HANDSHAKE, call_then_hang_up
 
 TOOLS = ["poll", "stuck", "hold", "echo"]
-FLAVOURS = ["sdk", "fastmcp"]
 #: Calls to made-up tool names (nine in ten; the rest call a registered tool).
 CALLS = 2_000  # (10 000 cost 64 s per framework here; the bound is structural)
 
@@ -74,7 +73,6 @@ async def _start(
     )
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
 async def test_a_polling_tool_cancelled_from_another_request_ends_stopped(
     serve: Serve, http: httpx.AsyncClient, flavour: str, stopped: list[dict[str, Any]]
 ) -> None:
@@ -95,7 +93,6 @@ async def test_a_polling_tool_cancelled_from_another_request_ends_stopped(
     assert event["seconds"] >= 0
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
 async def test_a_tool_that_never_polls_is_killed_after_its_client_hangs_up(
     serve: Serve, http: httpx.AsyncClient, flavour: str, stopped: list[dict[str, Any]]
 ) -> None:
@@ -112,7 +109,6 @@ async def test_a_tool_that_never_polls_is_killed_after_its_client_hangs_up(
     assert event["seconds"] >= 0.2  # the kill comes stream_cancel_timeout after the hang-up
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
 async def test_a_tool_that_never_polls_shows_as_ignoring_its_cancellation(
     serve: Serve, http: httpx.AsyncClient, flavour: str, stopped: list[dict[str, Any]]
 ) -> None:
@@ -192,7 +188,6 @@ async def test_recorded_on_one_worker_stopped_on_another_observed_once(
                 app.bridge.uninstall()
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
 async def test_made_up_tool_names_never_become_label_values(
     serve: Serve, http: httpx.AsyncClient, flavour: str
 ) -> None:

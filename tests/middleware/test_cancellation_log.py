@@ -15,7 +15,6 @@ from .conftest import SSE_AND_JSON, STREAM_CANCEL_TIMEOUT, Serve, call_body, can
 
 pytestmark = pytest.mark.e2e
 
-FLAVOURS = ["sdk", "fastmcp"]
 MODES = [pytest.param(False, id="sse"), pytest.param(True, id="json")]
 #: Loggers that do not propagate to the root (FastMCP's) are watched directly.
 WATCHED = ("", "fastmcp")
@@ -61,7 +60,6 @@ def records() -> Iterator[_Records]:
             logger.setLevel(level)
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
 @pytest.mark.parametrize("json_response", MODES)
 async def test_a_cancelled_call_logs_one_line_and_no_traceback(
     serve: Serve,
@@ -91,7 +89,6 @@ async def test_a_cancelled_call_logs_one_line_and_no_traceback(
     assert records.tracebacks() == []
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
 async def test_a_tool_that_ignores_cancellation_is_killed_after_a_disconnect(
     serve: Serve, http: httpx.AsyncClient, records: _Records, flavour: str
 ) -> None:
@@ -117,7 +114,6 @@ async def test_a_tool_that_ignores_cancellation_is_killed_after_a_disconnect(
     assert records.tracebacks() == []
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
 async def test_a_tool_that_finishes_anyway_is_logged_as_completed(
     serve: Serve, http: httpx.AsyncClient, records: _Records, flavour: str
 ) -> None:

@@ -61,7 +61,6 @@ async def wait_disconnect_recorded(harness: Harness, key: str) -> None:
     assert recorded["scope"] == "ip:127.0.0.1"
 
 
-@pytest.mark.parametrize("flavour", ["sdk", "fastmcp"])
 @pytest.mark.parametrize("version", [HANDSHAKE, MODERN])
 @pytest.mark.parametrize(
     "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
@@ -85,7 +84,6 @@ async def test_disconnect_cancels_polling_tool(
 @pytest.mark.parametrize(
     "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
 )
-@pytest.mark.parametrize("flavour", ["sdk", "fastmcp"])
 async def test_tool_ignoring_polling_is_cancelled_after_timeout(
     serve: Serve, http: httpx.AsyncClient, version: str, json_response: bool, flavour: str
 ) -> None:

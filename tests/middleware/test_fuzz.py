@@ -153,7 +153,6 @@ async def assert_still_serving(harness: Harness, http: httpx.AsyncClient) -> Non
     assert harness.cancellations == []
 
 
-@pytest.mark.parametrize("flavour", ["sdk", "fastmcp"])
 @pytest.mark.parametrize(
     "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
 )
