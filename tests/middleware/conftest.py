@@ -267,6 +267,13 @@ def flavour(request: pytest.FixtureRequest) -> str:
     return name
 
 
+@pytest.fixture(params=[pytest.param(False, id="sse"), pytest.param(True, id="json")])
+def json_response(request: pytest.FixtureRequest) -> bool:
+    """How the server answers a call: an SSE stream, then one JSON body."""
+    value: bool = request.param
+    return value
+
+
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
     """A raw HTTP client from 127.0.0.1."""

@@ -19,10 +19,7 @@ from .conftest import SSE_AND_JSON, Serve, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
 
-MODES = [pytest.param(False, id="sse"), pytest.param(True, id="json")]
 
-
-@pytest.mark.parametrize("json_response", MODES)
 async def test_second_connection_cancels_and_client_gets_32800(
     serve: Serve, http: httpx.AsyncClient, flavour: str, json_response: bool
 ) -> None:

@@ -15,7 +15,6 @@ from .conftest import SSE_AND_JSON, STREAM_CANCEL_TIMEOUT, Serve, call_body, can
 
 pytestmark = pytest.mark.e2e
 
-MODES = [pytest.param(False, id="sse"), pytest.param(True, id="json")]
 #: Loggers that do not propagate to the root (FastMCP's) are watched directly.
 WATCHED = ("", "fastmcp")
 
@@ -60,7 +59,6 @@ def records() -> Iterator[_Records]:
             logger.setLevel(level)
 
 
-@pytest.mark.parametrize("json_response", MODES)
 async def test_a_cancelled_call_logs_one_line_and_no_traceback(
     serve: Serve,
     http: httpx.AsyncClient,

@@ -105,9 +105,6 @@ def test_dev_demo_prints_its_own_client_command(monkeypatch: pytest.MonkeyPatch)
     )
 
 
-@pytest.mark.parametrize(
-    "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
-)
 def test_the_printed_client_command_cancels_three_ways(
     json_response: bool, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -139,9 +136,6 @@ def _cancellation_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize(
-    "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
-)
 async def test_printed_recipe_cancels_slow_count(
     json_response: bool, caplog: pytest.LogCaptureFixture
 ) -> None:

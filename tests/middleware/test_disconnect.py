@@ -52,6 +52,13 @@ async def call_then_hang_up(
     return key
 
 
+@pytest.fixture(params=[HANDSHAKE, MODERN])
+def version(request: pytest.FixtureRequest) -> str:
+    """The protocol version the client announces: the handshake's, then 2026-07-28."""
+    value: str = request.param
+    return value
+
+
 async def wait_disconnect_recorded(harness: Harness, key: str) -> None:
     await async_wait_until(lambda: len(harness.cancellations) >= 1, within=10)
     (recorded,) = harness.cancellations
@@ -61,10 +68,6 @@ async def wait_disconnect_recorded(harness: Harness, key: str) -> None:
     assert recorded["scope"] == "ip:127.0.0.1"
 
 
-@pytest.mark.parametrize("version", [HANDSHAKE, MODERN])
-@pytest.mark.parametrize(
-    "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
-)
 async def test_disconnect_cancels_polling_tool(
     serve: Serve, http: httpx.AsyncClient, flavour: str, version: str, json_response: bool
 ) -> None:
@@ -80,10 +83,6 @@ async def test_disconnect_cancels_polling_tool(
     await harness.wait_empty()
 
 
-@pytest.mark.parametrize("version", [HANDSHAKE, MODERN])
-@pytest.mark.parametrize(
-    "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
-)
 async def test_tool_ignoring_polling_is_cancelled_after_timeout(
     serve: Serve, http: httpx.AsyncClient, version: str, json_response: bool, flavour: str
 ) -> None:
@@ -114,9 +113,6 @@ async def test_no_timeout_means_tool_keeps_running_but_sees_cancelled(
     await harness.wait_empty()
 
 
-@pytest.mark.parametrize(
-    "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
-)
 async def test_mcp_client_at_2026_cancels_by_closing_its_stream(
     serve: Serve, json_response: bool
 ) -> None:

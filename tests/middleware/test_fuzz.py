@@ -153,9 +153,6 @@ async def assert_still_serving(harness: Harness, http: httpx.AsyncClient) -> Non
     assert harness.cancellations == []
 
 
-@pytest.mark.parametrize(
-    "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
-)
 async def test_malformed_bodies(
     serve: Serve, http: httpx.AsyncClient, flavour: str, json_response: bool
 ) -> None:

@@ -80,9 +80,6 @@ def test_cancelled_error_shape() -> None:
     assert cancelled_error().data is None
 
 
-@pytest.mark.parametrize(
-    "json_response", [pytest.param(False, id="sse"), pytest.param(True, id="json")]
-)
 async def test_sdk_sync_tool_with_cancellable(start: Start, json_response: bool) -> None:
     """A ``def`` tool runs in a worker thread; the context variable follows it there."""
     from mcp.server.mcpserver import MCPServer
