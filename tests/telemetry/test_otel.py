@@ -12,7 +12,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import StatusCode, Tracer
 
 from mcp_cancellation import (
     CancellationLimitReached,
@@ -61,6 +61,12 @@ def points(
 
 
 @pytest.fixture
+def server_tracer(tracer_provider: TracerProvider) -> Tracer:
+    """The tracer of the server the registry runs in (its spans are the current ones)."""
+    return tracer_provider.get_tracer("mcp-python-sdk")
+
+
+@pytest.fixture
 def registry(memory_registry: CancellationRegistry) -> CancellationRegistry:
     return memory_registry
 
@@ -74,12 +80,9 @@ def instrumented(
 
 @pytest.mark.usefixtures("instrumented")
 async def test_a_cancellation_is_an_event_on_the_current_span(
-    registry: CancellationRegistry,
-    tracer_provider: TracerProvider,
-    span_exporter: InMemorySpanExporter,
+    registry: CancellationRegistry, server_tracer: Tracer, span_exporter: InMemorySpanExporter
 ) -> None:
-    request_tracer = tracer_provider.get_tracer("mcp-python-sdk")
-    with request_tracer.start_as_current_span("notifications/cancelled"):
+    with server_tracer.start_as_current_span("notifications/cancelled"):
         await registry.cancel(42, "user pressed stop", SESSION, method="notifications/cancelled")
     (parent,) = span_exporter.get_finished_spans()  # no span of the bridge's own
     ((span, event),) = events([parent], otel.EVENT_CANCEL)
@@ -97,11 +100,11 @@ async def test_a_cancellation_is_an_event_on_the_current_span(
 @pytest.mark.usefixtures("instrumented")
 async def test_disconnect_and_library_cancellations(
     registry: CancellationRegistry,
-    tracer_provider: TracerProvider,
+    server_tracer: Tracer,
     span_exporter: InMemorySpanExporter,
     metric_reader: InMemoryMetricReader,
 ) -> None:
-    tracer = tracer_provider.get_tracer("server")
+    tracer = server_tracer
     with tracer.start_as_current_span("POST /mcp (the cancelled request)"):
         await registry.cancel("abc", None, "ip:192.0.2.1", method="disconnect")
     with tracer.start_as_current_span("tools/call"):
