@@ -1,5 +1,6 @@
-"""What a ``pip install`` gets: the MIT license in the wheel and the sdist, the public
-extras only (the toolchain is a PEP 735 dependency group), and a deprecated old path."""
+"""What a ``pip install`` gets: the MIT license in the wheel and the sdist, the Redis
+storage's Lua scripts as package data, the public extras only (the toolchain is a PEP 735
+dependency group), and a deprecated old path."""
 
 from __future__ import annotations
 
@@ -30,6 +31,20 @@ def test_the_wheel_carries_the_mit_license(dist: Path) -> None:
     assert text.startswith("MIT License")
     assert text == (project_root() / "LICENSE").read_text(encoding="utf-8")
     assert _metadata(dist)["License-Expression"] == "MIT"
+
+
+def test_the_wheel_carries_every_lua_script(dist: Path) -> None:
+    (wheel,) = dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {
+            name.rsplit("/", 1)[1]: archive.read(name).decode()
+            for name in archive.namelist()
+            if name.startswith("mcp_cancellation/storage/redis/lua/")
+        }
+    source = project_root() / "src" / "mcp_cancellation" / "storage" / "redis" / "lua"
+    expected = {path.name: path.read_text(encoding="utf-8") for path in source.glob("*.lua")}
+    assert shipped == expected
+    assert {"prelude.lua", "add.lua", "cleanup.lua"} <= set(shipped)
 
 
 def test_the_sdist_carries_the_license_and_the_dev_script(dist: Path) -> None:

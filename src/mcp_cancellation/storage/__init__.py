@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .base import AddResult, Limits, Storage, StorageStats, TableSummary
+from .base import AddResult, Limits, Storage, StorageStats, SynchronousStorage, TableSummary
 from .memory import MemoryStorage
 
 if TYPE_CHECKING:
@@ -17,6 +17,7 @@ __all__ = [
     "RedisStorage",
     "Storage",
     "StorageStats",
+    "SynchronousStorage",
     "TableSummary",
 ]
 

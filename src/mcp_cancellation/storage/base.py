@@ -21,7 +21,7 @@ import os
 import socket
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ..scope import scope_kind
 
@@ -35,6 +35,7 @@ __all__ = [
     "Limits",
     "Storage",
     "StorageStats",
+    "SynchronousStorage",
     "TableSummary",
 ]
 
@@ -163,7 +164,9 @@ class Storage(abc.ABC):
     :meth:`track_nowait` and :meth:`finish_nowait`; the registry then calls those on its
     hot paths instead of awaiting a coroutine per layer (measured: ``benchmarks/
     registry.py``). A storage that talks to a server leaves :attr:`synchronous` false and
-    the ``*_nowait`` methods unimplemented; the registry never calls them.
+    the ``*_nowait`` methods unimplemented; the registry never calls them. An in-process
+    storage derives from :class:`SynchronousStorage`, which turns its ``*_nowait`` methods
+    into the coroutines of the contract.
 
     **Stats and summaries.** :meth:`stats` reads row counts per scope: a full read, for
     operators and tests. :meth:`summary` reads what a scrape needs (totals by scope kind
@@ -304,3 +307,74 @@ class Storage(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections and background tasks."""
+
+
+class SynchronousStorage(Storage):
+    """A storage whose rows live in this process, so that nothing it does waits: it
+    implements the ``*_nowait`` methods (plus :meth:`get`, :meth:`is_tracked` and
+    :meth:`cleanup`), and the coroutines of the contract are derived from them here, once
+    for every in-process storage."""
+
+    synchronous = True
+
+    @abc.abstractmethod
+    def add_nowait(
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        limits: Limits,
+        require_in_flight: bool = False,
+    ) -> AddResult:
+        """:meth:`add`, without waiting."""
+
+    @abc.abstractmethod
+    def remove_nowait(self, scope: str, key: str) -> bool:
+        """:meth:`remove`, without waiting."""
+
+    @abc.abstractmethod
+    def track_nowait(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
+        """:meth:`track`, without waiting."""
+
+    @abc.abstractmethod
+    def untrack_nowait(self, scope: str, key: str, owner: str) -> None:
+        """:meth:`untrack`, without waiting."""
+
+    @abc.abstractmethod
+    def finish_nowait(self, scope: str, key: str, owner: str) -> None:
+        """:meth:`finish`, without waiting."""
+
+    @abc.abstractmethod
+    def stats_nowait(self) -> StorageStats:
+        """:meth:`stats`, without waiting: an in-process storage always can."""
+
+    def summary_nowait(self, top_k: int, at_least: int | None = None) -> TableSummary:
+        """:meth:`summary`, without waiting (from :meth:`stats_nowait` unless the storage
+        keeps an index)."""
+        return TableSummary.of(self.stats_nowait(), top_k, at_least)
+
+    async def add(self, scope: str, key: str, reason: str | None, **options: Any) -> AddResult:
+        return self.add_nowait(scope, key, reason, **options)
+
+    async def remove(self, scope: str, key: str) -> bool:
+        return self.remove_nowait(scope, key)
+
+    async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
+        self.track_nowait(scope, key, owner, token)
+
+    async def untrack(self, scope: str, key: str, owner: str) -> None:
+        self.untrack_nowait(scope, key, owner)
+
+    async def finish(self, scope: str, key: str, owner: str) -> None:
+        self.finish_nowait(scope, key, owner)
+
+    async def stats(self) -> StorageStats:
+        return self.stats_nowait()
+
+    async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
+        return self.summary_nowait(top_k, at_least)
+
+    def summary_from_thread(
+        self, top_k: int, timeout: float, at_least: int | None = None
+    ) -> TableSummary:
+        return self.summary_nowait(top_k, at_least)

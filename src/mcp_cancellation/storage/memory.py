@@ -24,7 +24,7 @@ from sortedcontainers import SortedList
 
 from ..scope import scope_kind
 from ._in_flight import InFlightTokens
-from .base import AddResult, Limits, Storage, StorageStats, TableSummary
+from .base import AddResult, Limits, StorageStats, SynchronousStorage, TableSummary
 
 if TYPE_CHECKING:
     from ..token import RequestToken
@@ -57,11 +57,10 @@ _RELEASE_PER_CALL = 64
 _sequence = itertools.count(1)
 
 
-class MemoryStorage(Storage):
+class MemoryStorage(SynchronousStorage):
     """Rows in this process's memory: fast, and invisible to other workers."""
 
     name = "memory"
-    synchronous = True
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -142,19 +141,6 @@ class MemoryStorage(Storage):
                 for token in owners.values():
                     token.set_cancelled(reason)
             return outcome
-
-    async def add(
-        self,
-        scope: str,
-        key: str,
-        reason: str | None,
-        *,
-        limits: Limits,
-        require_in_flight: bool = False,
-    ) -> AddResult:
-        return self.add_nowait(
-            scope, key, reason, limits=limits, require_in_flight=require_in_flight
-        )
 
     def _release(self, budget: int = 0) -> None:
         """Free up to *budget* evicted rows (all with 0). Called under the lock."""
@@ -254,9 +240,6 @@ class MemoryStorage(Storage):
         self._total -= 1
         return True
 
-    async def remove(self, scope: str, key: str) -> bool:
-        return self.remove_nowait(scope, key)
-
     # -- in-flight rows ----------------------------------------------------------------
 
     def track_nowait(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
@@ -267,16 +250,10 @@ class MemoryStorage(Storage):
             if rows is not None and key in rows:
                 token.set_cancelled(rows[key][1])
 
-    async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
-        self.track_nowait(scope, key, owner, token)
-
     def untrack_nowait(self, scope: str, key: str, owner: str) -> None:
         """Synchronous :meth:`untrack`."""
         with self._lock:
             self._in_flight.pop(scope, key, owner)
-
-    async def untrack(self, scope: str, key: str, owner: str) -> None:
-        self.untrack_nowait(scope, key, owner)
 
     def finish_nowait(self, scope: str, key: str, owner: str) -> None:
         """Synchronous :meth:`finish`: untrack and clear under one acquisition of the lock
@@ -287,9 +264,6 @@ class MemoryStorage(Storage):
             rows = self._rows.get(scope)
             if rows is not None and key in rows:
                 self._remove_row(scope, key, rows)
-
-    async def finish(self, scope: str, key: str, owner: str) -> None:
-        self.finish_nowait(scope, key, owner)
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         return bool(self._in_flight.owners(scope, key))
@@ -332,9 +306,6 @@ class MemoryStorage(Storage):
             in_flight = self._in_flight.counts()
         return StorageStats(rows=rows, in_flight=in_flight)
 
-    async def stats(self) -> StorageStats:
-        return self.stats_nowait()
-
     def summary_nowait(self, top_k: int, at_least: int | None = None) -> TableSummary:
         """Synchronous :meth:`summary`: O(top_k log n) from the index, plus the in-flight
         rows (the requests running now)."""
@@ -350,14 +321,6 @@ class MemoryStorage(Storage):
             kind = scope_kind(scope)
             in_flight[kind] = in_flight.get(kind, 0) + n
         return TableSummary(rows=rows, in_flight=in_flight, largest=largest, at_least=near)
-
-    async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
-        return self.summary_nowait(top_k, at_least)
-
-    def summary_from_thread(
-        self, top_k: int, timeout: float, at_least: int | None = None
-    ) -> TableSummary:
-        return self.summary_nowait(top_k, at_least)
 
     def check_index(self) -> None:
         """Assert that the scope-size index and the kind totals agree with the rows (for

@@ -34,11 +34,11 @@ semantics of :class:`~mcp_cancellation.MemoryStorage`:
   and released by the next resync or cleanup.
 
 The package is split by job: :mod:`._codec` (values on the wire), :mod:`._scripts` (the
-Lua scripts and the key layout), :mod:`._connect` (a client from a URL, the table's
-identity), :mod:`._cluster` (Redis Cluster: its URL and the sharded subscription),
-:mod:`._home` (the home loop, bounds and error translation), :mod:`._local` (this
-worker's tokens and the rows it owes Redis), :mod:`._push` (listener, heartbeat, resync)
-and :mod:`.storage` (the operations).
+key layout; the Lua scripts themselves are ``lua/*.lua``), :mod:`._connect` (a client
+from a URL, the table's identity), :mod:`._cluster` (Redis Cluster: its URL and the
+sharded subscription), :mod:`._home` (the home loop, bounds and error translation),
+:mod:`._local` (this worker's tokens and the rows it owes Redis), :mod:`._push`
+(listener, heartbeat, resync) and :mod:`.storage` (the operations).
 
 Background tasks (listener and heartbeat) start lazily at the first call and stop in
 :meth:`aclose`. The storage belongs to one event loop, its *home*: the loop running when

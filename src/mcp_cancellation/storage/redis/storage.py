@@ -44,8 +44,6 @@ DEFAULT_PREFIX = "mcp-cancellation"
 DEFAULT_EVICTION_CHUNK = 250
 T = TypeVar("T")
 
-_SCRIPTS = ("ADD", "TRACK", "UNTRACK", "REMOVE", "FINISH", "RESYNC", "CLEANUP", "SUMMARY")
-
 
 class RedisStorage(Storage):
     """Rows in Redis, shared by every worker and node that uses the same prefix.
@@ -103,7 +101,7 @@ class RedisStorage(Storage):
         self.cluster = is_cluster(client)
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(scripts.source(name, sharded=self.cluster))
-            for name in _SCRIPTS
+            for name in scripts.NAMES
         }
         self._local = LocalRequests()
         self._pending: set[asyncio.Future[Any]] = set()

@@ -1,0 +1,70 @@
+-- ARGV: prefix, scope, key, reason (encoded), require_in_flight ("1"/"0"), quota ("" for
+-- none), cap ("" for none), eviction batch, this worker's id, the most rows this call may
+-- evict ("" for no bound), rows of a batch an earlier call left owed ("" for none) and the
+-- scope it was part-way through ("" for none), shadow quota ("1": record past the quota
+-- and say so, "" or "0": refuse).
+-- Returns {outcome, one-row scopes evicted, rows still owed, scope part-way, over quota
+-- (1 or 0), evicted scope, count, evicted scope, count, ...}. Outcome ``evicting`` means
+-- the call spent its eviction budget before the batch was done and wrote nothing else:
+-- the caller calls again with the owed rows and the scope, so that no single script holds Redis for long, and the
+-- calls together evict exactly what one unbounded call would. The scopes evicted whole with
+-- one row each (an address-rotation flood) come after the others in eviction order, packed
+-- as netstrings in one string so that a batch of thousands is one reply element.
+local scope, key, renc = ARGV[2], ARGV[3], ARGV[4]
+local m = member(scope, key)
+local fk = flight_key(m)
+local result, singles = {'recorded', '', 0, '', 0}, {}
+local budget = tonumber(ARGV[10]) or math.huge
+local owed, partial = tonumber(ARGV[11]) or 0, ARGV[12] or ''
+local function done(outcome)
+  result[1], result[2], result[3], result[4] = outcome, table.concat(singles), owed, partial
+  return result
+end
+if owed > 0 then
+  owed, budget, partial = evict(owed, budget, partial, result, singles)
+  if owed > 0 then return done('evicting') end
+end
+if ARGV[5] == '1' and redis.call('EXISTS', fk) == 0 then return done('not_in_flight') end
+if redis.call('HEXISTS', REASONS, m) == 1 then
+  redis.call('HSET', REASONS, m, renc)
+  result[1] = 'updated'
+else
+  local count = count_of(scope)
+  if ARGV[6] ~= '' and count >= tonumber(ARGV[6]) then
+    if ARGV[13] ~= '1' then return done('quota') end
+    result[5] = 1  -- shadow mode: recorded, and reported as what enforcing would refuse
+  end
+  local total = redis.call('ZCARD', AGES)
+  if ARGV[7] ~= '' and total >= tonumber(ARGV[7]) then
+    owed, budget, partial = evict(math.min(tonumber(ARGV[8]), total), budget, '', result, singles)
+    if owed > 0 then return done('evicting') end
+    count = count_of(scope)
+  end
+  local age = next_age()
+  count_kind(scope, 1)
+  redis.call('ZADD', rows_key(scope), age, key)
+  redis.call('ZADD', AGES, age, m)
+  redis.call('HSET', REASONS, m, renc)
+  relevel(scope, count)
+end
+result[2] = table.concat(singles)
+-- Push the cancellation to every other worker that tracks the request.
+local owners = redis.call('HGETALL', fk)
+local by_worker = {}
+local workers = {}
+for i = 1, #owners, 2 do
+  local w = owners[i + 1]
+  if w ~= ARGV[9] then
+    local msg = by_worker[w]
+    if msg == nil then
+      msg = {#scope .. ':' .. scope, #key .. ':' .. key, #renc .. ':' .. renc}
+      by_worker[w] = msg
+      workers[#workers + 1] = w
+    end
+    msg[#msg + 1] = #owners[i] .. ':' .. owners[i]
+  end
+end
+for _, w in ipairs(workers) do
+  redis.call('PUBLISH', P .. 'c:' .. w, table.concat(by_worker[w]))
+end
+return result

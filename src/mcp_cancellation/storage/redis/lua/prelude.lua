@@ -1,0 +1,183 @@
+-- Shared by every script: key names, the row codec and the row operations.
+-- Prepended to each script's own text (see _scripts.source).
+local P = ARGV[1]
+local AGES = P .. 'ages'
+local REASONS = P .. 'reasons'
+local SCOPES = P .. 'scopes'
+local FS = P .. 'fs'
+local WORKERS = P .. 'workers'
+local KINDS = P .. 'kinds'
+local function rows_key(scope) return P .. 's:' .. scope end
+local function level_key(n) return P .. 'l:' .. string.format('%d', n) end
+local function flight_key(m) return P .. 'f:' .. m end
+local function worker_key(w) return P .. 'w:' .. w end
+local function hb_key(w) return P .. 'hb:' .. w end
+local function member(scope, key) return #scope .. ':' .. scope .. key end
+-- '<n>:<head (n bytes)><tail>' -> head, tail
+local function split(s)
+  local colon = string.find(s, ':', 1, true)
+  local n = tonumber(string.sub(s, 1, colon - 1))
+  return string.sub(s, colon + 1, colon + n), string.sub(s, colon + n + 1)
+end
+-- The kind of a scope, exactly as mcp_cancellation.scope.scope_kind has it.
+local function kind_of(scope)
+  if scope == 'global' then return 'global' end
+  local prefix = string.match(scope, '^([^:]*):')
+  if prefix == 'session' or prefix == 'principal' or prefix == 'ip' then return prefix end
+  return 'other'
+end
+-- Start keeping P kinds: counted once from P scopes (a table an older version wrote).
+local function ensure_kinds()
+  if redis.call('HSETNX', KINDS, '_v', '1') == 0 then return end
+  local scopes = redis.call('ZRANGE', SCOPES, 0, -1, 'WITHSCORES')
+  local totals = {}
+  for i = 1, #scopes, 2 do
+    local kind = kind_of(scopes[i])
+    totals[kind] = (totals[kind] or 0) + tonumber(scopes[i + 1])
+  end
+  for kind, n in pairs(totals) do redis.call('HSET', KINDS, kind, n) end
+end
+-- Rows of `scope` added (delta > 0) or removed, before P scopes is re-filed.
+local function count_kind(scope, delta)
+  ensure_kinds()
+  redis.call('HINCRBY', KINDS, kind_of(scope), delta)
+end
+local function count_of(scope)
+  return tonumber(redis.call('ZSCORE', SCOPES, scope) or 0)
+end
+-- Re-file a scope after its rows changed; old is its row count before the change.
+local function relevel(scope, old)
+  local rk = rows_key(scope)
+  local n = redis.call('ZCARD', rk)
+  if old > 0 then redis.call('ZREM', level_key(old), scope) end
+  if n > 0 then
+    local first = redis.call('ZRANGE', rk, 0, 0, 'WITHSCORES')
+    redis.call('ZADD', level_key(n), first[2], scope)
+    redis.call('ZADD', SCOPES, n, scope)
+  else
+    redis.call('ZREM', SCOPES, scope)
+  end
+end
+-- Delete existing rows of one scope (the caller re-files the scope afterwards).
+local function drop_rows(scope, keys)
+  if #keys > 0 then count_kind(scope, -#keys) end
+  local members = {}
+  for i, k in ipairs(keys) do members[i] = member(scope, k) end
+  for i = 1, #keys, 1000 do
+    local j = math.min(i + 999, #keys)
+    redis.call('ZREM', rows_key(scope), unpack(keys, i, j))
+    redis.call('ZREM', AGES, unpack(members, i, j))
+    redis.call('HDEL', REASONS, unpack(members, i, j))
+  end
+end
+-- Evict the oldest `limit` scopes of those holding exactly one row, appending each
+-- scope's netstring to `singles`; a handful of commands per 1000 scopes instead of a
+-- dozen per scope. Returns how many were evicted.
+local function drop_single_rows(limit, singles)
+  local level = level_key(1)
+  local victims = redis.call('ZRANGE', level, 0, limit - 1)
+  local members, keys, kinds = {}, {}, {}
+  if #victims > 0 then ensure_kinds() end
+  for i, victim in ipairs(victims) do
+    local kind = kind_of(victim)
+    kinds[kind] = (kinds[kind] or 0) + 1
+    keys[i] = rows_key(victim)
+    members[i] = member(victim, redis.call('ZRANGE', keys[i], 0, 0)[1])
+    singles[#singles + 1] = #victim .. ':' .. victim
+  end
+  for i = 1, #victims, 1000 do
+    local j = math.min(i + 999, #victims)
+    redis.call('ZREM', AGES, unpack(members, i, j))
+    redis.call('HDEL', REASONS, unpack(members, i, j))
+    redis.call('DEL', unpack(keys, i, j))
+    redis.call('ZREM', SCOPES, unpack(victims, i, j))
+  end
+  if #victims > 0 then redis.call('ZREMRANGEBYRANK', level, 0, #victims - 1) end
+  for kind, n in pairs(kinds) do redis.call('HINCRBY', KINDS, kind, -n) end
+  return #victims
+end
+local function remove_row(scope, key)
+  if redis.call('HEXISTS', REASONS, member(scope, key)) == 0 then return 0 end
+  local count = count_of(scope)
+  drop_rows(scope, {key})
+  relevel(scope, count)
+  return 1
+end
+-- Evict up to `budget` rows of a batch that still owes `remaining`, in eviction order:
+-- the largest scope first (among equals the one holding the oldest row), its oldest rows
+-- first, a whole scope at a time except where the batch ends. `partial` names a scope that
+-- a previous call (whose budget ran out) was part-way through: it is finished first, so
+-- a batch split over several calls evicts exactly what one call would have. Appends
+-- (scope, count) pairs to `result` and one-row scopes to `singles`; returns what is still
+-- owed, the budget left and the scope left part-way ('' for none).
+local function evict(remaining, budget, partial, result, singles)
+  while remaining > 0 and budget > 0 do
+    local victim, size = nil, 0
+    if partial ~= '' then
+      size = count_of(partial)
+      if size > 0 then victim = partial end
+      partial = ''
+    end
+    if not victim then
+      local top = redis.call('ZREVRANGE', SCOPES, 0, 0, 'WITHSCORES')
+      if #top == 0 then break end
+      size = tonumber(top[2])
+      if size > 1 then
+        victim = redis.call('ZRANGE', level_key(size), 0, 0)[1]
+        if not victim then break end
+      end
+    end
+    if victim then
+      local take = math.min(remaining, size)
+      local now = math.min(take, budget)
+      drop_rows(victim, redis.call('ZRANGE', rows_key(victim), 0, now - 1))
+      relevel(victim, size)
+      result[#result + 1] = victim
+      result[#result + 1] = now
+      remaining, budget = remaining - now, budget - now
+      if now < take then partial = victim end
+    else
+      -- Only one-row scopes are left (an address-rotation flood): they go oldest first,
+      -- which is the order of P l:1, so drop the next ones together.
+      local n = drop_single_rows(math.min(remaining, budget), singles)
+      if n == 0 then break end
+      remaining, budget = remaining - n, budget - n
+    end
+  end
+  return remaining, budget, partial
+end
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function next_age()
+  local now = now_us()
+  local last = tonumber(redis.call('GET', P .. 'clock') or 0)
+  if now <= last then now = last + 1 end
+  redis.call('SET', P .. 'clock', string.format('%.0f', now))
+  return string.format('%.0f', now)
+end
+local function track(scope, key, owner, w)
+  local m = member(scope, key)
+  if redis.call('HSET', flight_key(m), owner, w) == 1 then
+    redis.call('HINCRBY', FS, scope, 1)
+    redis.call('SADD', worker_key(w), #m .. ':' .. m .. owner)
+    redis.call('SADD', WORKERS, w)
+  end
+  return m
+end
+-- Remove one in-flight row given its member and owner; returns 1 if it existed.
+local function untrack_member(m, scope, owner)
+  local fk = flight_key(m)
+  local w = redis.call('HGET', fk, owner)
+  if not w then return 0 end
+  redis.call('HDEL', fk, owner)
+  if redis.call('HINCRBY', FS, scope, -1) <= 0 then redis.call('HDEL', FS, scope) end
+  local wk = worker_key(w)
+  redis.call('SREM', wk, #m .. ':' .. m .. owner)
+  if redis.call('EXISTS', wk) == 0 then redis.call('SREM', WORKERS, w) end
+  return 1
+end
+local function untrack(scope, key, owner)
+  return untrack_member(member(scope, key), scope, owner)
+end

@@ -1,0 +1,23 @@
+-- ARGV: prefix, k. Returns {P kinds as field/value pairs, P fs likewise, the k largest
+-- scopes and their counts in eviction order (largest first, equal sizes oldest row first)}:
+-- O(k log n), walking at most k levels down from the largest size.
+local k = tonumber(ARGV[2])
+ensure_kinds()
+local largest = {}
+local top = redis.call('ZREVRANGE', SCOPES, 0, 0, 'WITHSCORES')
+local size = top[2] and tonumber(top[2])
+local found = 0
+while size and found < k do
+  for _, scope in ipairs(redis.call('ZRANGE', level_key(size), 0, k - found - 1)) do
+    largest[#largest + 1] = scope
+    largest[#largest + 1] = size
+    found = found + 1
+  end
+  if found >= k then break end
+  local below = redis.call('ZREVRANGEBYSCORE', SCOPES, '(' .. size, '-inf', 'WITHSCORES',
+    'LIMIT', 0, 1)
+  size = below[2] and tonumber(below[2])
+end
+local near = 0
+if ARGV[3] and ARGV[3] ~= '' then near = redis.call('ZCOUNT', SCOPES, ARGV[3], '+inf') end
+return {redis.call('HGETALL', KINDS), redis.call('HGETALL', FS), largest, near}
