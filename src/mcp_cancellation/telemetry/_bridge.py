@@ -21,7 +21,9 @@ from blinker import ANY
 
 from .. import signals
 from ..errors import ConfigurationError
-from ._guard import disconnect_all
+from ..scope import ScopeKind, scope_kind
+from ..token import OTHER_TOOL
+from ._guard import disconnect_all, never_raise
 
 if TYPE_CHECKING:
     from ..registry import CancellationRegistry
@@ -72,6 +74,31 @@ class Bridge:
 
     def _detach(self) -> None:
         """After the receivers disconnect."""
+
+    def _skips(self, sender: object) -> bool:
+        """Whether to leave *sender*'s signal to another bridge (see the OTel bridge)."""
+        return False
+
+    @never_raise
+    def _on_stopped(  # the keywords of signals.request_stopped
+        self,
+        sender: object,
+        *,
+        scope: str,
+        outcome: str,
+        seconds: float,
+        tool: str | None,
+        ignored: bool,
+        **_: object,
+    ) -> None:
+        if not self._skips(sender):
+            ignoring = (tool or OTHER_TOOL) if ignored else None
+            self._stopped(scope_kind(scope), outcome, seconds, ignoring)
+
+    def _stopped(self, kind: ScopeKind, outcome: str, seconds: float, ignoring: str | None) -> None:
+        """A cancelled request of scope *kind* ended with *outcome*, *seconds* after its
+        cancellation; *ignoring* is its tool's label if it ran past ``cancel_grace``."""
+        raise NotImplementedError
 
     def _on_registry_collected(self) -> Callable[[], None] | None:
         """Something to do when the registry is collected while bridged, besides

@@ -12,9 +12,8 @@ from opentelemetry import metrics, trace
 
 from ... import signals
 from ...__about__ import __version__
-from ...scope import SCOPE_KINDS, scope_kind
+from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ...storage.base import Storage
-from ...token import OTHER_TOOL
 from .._bridge import Bridge, Receivers, Setups
 from .._catalogue import ALL, OUTCOMES, near_quota_rows
 from .._guard import never_raise
@@ -127,6 +126,9 @@ class OpenTelemetryBridge(Bridge):
         if registry is not None:
             _bridged.discard(registry)
 
+    def _skips(self, sender: object) -> bool:
+        return self._elsewhere(sender)
+
     def _elsewhere(self, sender: object) -> bool:
         """Whether *sender* has a bridge of its own, so that this bridge for every registry
         (``opentelemetry-instrument``) leaves its signals to that one: recorded once."""
@@ -194,27 +196,13 @@ class OpenTelemetryBridge(Bridge):
             span.add_event(EVENT_CANCEL, attributes)
         self._instruments.cancelled.add((kind,))
 
-    @never_raise
-    def _on_stopped(  # the keywords of signals.request_stopped
-        self,
-        sender: object,
-        *,
-        scope: str,
-        outcome: str,
-        seconds: float,
-        tool: str | None,
-        ignored: bool,
-        **_: object,
-    ) -> None:
-        if self._elsewhere(sender):
-            return
-        kind = scope_kind(scope)
+    def _stopped(self, kind: ScopeKind, outcome: str, seconds: float, ignoring: str | None) -> None:
         attributes = _STOP_ATTRIBUTES.get((kind, outcome))
         if attributes is None:
             attributes = {"scope_kind": kind, "outcome": outcome}
         self._instruments.stop.record(seconds, attributes)
-        if ignored:
-            self._instruments.ignored.add((tool or OTHER_TOOL,))
+        if ignoring is not None:
+            self._instruments.ignored.add((ignoring,))
 
     @never_raise
     def _on_cleanup(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ... import signals
 from ..._extras import requires
 from ...errors import ConfigurationError
-from ...scope import SCOPE_KINDS, scope_kind
+from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ...storage.base import STORAGE_OPERATIONS, TableSummary
 from ...token import OTHER_TOOL
 from .._bridge import Bridge, Receivers
@@ -232,26 +232,15 @@ class PrometheusBridge(Bridge):
         if in_flight_removed:
             self._cleanup["in_flight"].inc(in_flight_removed)
 
-    @never_raise
-    def _on_stopped(  # the keywords of signals.request_stopped
-        self,
-        sender: object,
-        *,
-        scope: str,
-        outcome: str,
-        seconds: float,
-        tool: str | None,
-        ignored: bool,
-        **_: object,
-    ) -> None:
-        key = (scope_kind(scope), outcome)
+    def _stopped(self, kind: ScopeKind, outcome: str, seconds: float, ignoring: str | None) -> None:
+        key = (kind, outcome)
         child = self._stop_seconds.get(key)
         if child is None and outcome in OUTCOMES and self._stop_histogram is not None:
             child = self._stop_seconds[key] = self._stop_histogram.labels(*key)
         if child is not None:
             child.observe(seconds)
-        if ignored and self._ignored_total is not None:
-            self._ignored_total.labels(tool or OTHER_TOOL).inc()
+        if ignoring is not None and self._ignored_total is not None:
+            self._ignored_total.labels(ignoring).inc()
 
     @never_raise
     def _on_storage_error(self, sender: object, *, operation: str, **_: object) -> None:
