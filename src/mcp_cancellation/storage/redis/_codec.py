@@ -1,12 +1,18 @@
-"""How values travel to and from Redis: bytes, reasons, row members, pub/sub messages."""
+"""How values travel to and from Redis: bytes, reasons, row members, pub/sub messages,
+and the arguments and replies of the scripts."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...scope import scope_kind
+from ..base import Limits, TableSummary
+
 __all__ = [
+    "add_arguments",
     "collect_evicted",
     "decode_reason",
+    "decode_summary",
     "encode_reason",
     "member",
     "split_netstrings",
@@ -65,3 +71,44 @@ def collect_evicted(evicted: list[tuple[str, int]], reply: list[Any]) -> None:
             evicted[-1] = (scope, evicted[-1][1] + count)
         else:
             evicted.append((scope, count))
+
+
+def _optional(n: int | None) -> str:
+    return "" if n is None else str(n)
+
+
+def add_arguments(
+    scope: str, key: str, reason: str | None, limits: Limits, require_in_flight: bool
+) -> list[bytes | str]:
+    """``ADD``'s arguments from the reason through the eviction batch (see lua/add.lua)."""
+    return [
+        to_bytes(scope),
+        to_bytes(key),
+        encode_reason(reason),
+        "1" if require_in_flight else "0",
+        _optional(limits.max_rows_per_scope),
+        _optional(limits.max_rows),
+        str(limits.eviction_batch),
+    ]
+
+
+def _pairs(flat: list[Any]) -> list[tuple[str, int]]:
+    """A flat ``[name, count, name, count, ...]`` reply as ``(name, count)`` pairs."""
+    return [(text(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+def decode_summary(reply: list[Any]) -> TableSummary:
+    """``SUMMARY``'s reply: rows by kind (``P kinds``, without its ``_v`` marker), the
+    in-flight rows by scope (summed by kind here), the largest scopes, the near-quota
+    count."""
+    kinds, flights, largest, near = reply
+    in_flight: dict[str, int] = {}
+    for scope, n in _pairs(flights):
+        kind = scope_kind(scope)
+        in_flight[kind] = in_flight.get(kind, 0) + n
+    return TableSummary(
+        rows={kind: n for kind, n in _pairs(kinds) if kind != "_v" and n},
+        in_flight={kind: n for kind, n in in_flight.items() if n > 0},
+        largest=tuple(_pairs(largest)),
+        at_least=int(near),
+    )

@@ -76,6 +76,31 @@ class HomeLoop:
         with contextlib.suppress(RuntimeError):
             self.loop = asyncio.get_running_loop()
         self.closed = False
+        self._completing: set[asyncio.Future[Any]] = set()
+
+    async def to_completion(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Await *fn()*, which runs to completion (bounded by its own timeout) even if the
+        calling task is cancelled meanwhile; the cancellation is re-raised afterwards.
+        :meth:`drain` waits for every such call still running."""
+        task = asyncio.ensure_future(fn())
+        self._completing.add(task)
+        task.add_done_callback(self._settle)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():
+                await asyncio.wait([task])
+            raise
+
+    def _settle(self, future: asyncio.Future[Any]) -> None:
+        self._completing.discard(future)
+        if not future.cancelled():
+            future.exception()  # retrieved: to_completion() already gave it to its caller
+
+    async def drain(self) -> None:
+        """Wait for the :meth:`to_completion` calls still running (when closing)."""
+        if self._completing:
+            await asyncio.wait(list(self._completing))
 
     async def call(self, fn: Callable[[], Awaitable[T]], operation: str) -> T:
         """Run *fn* (one storage *operation*) on the home loop, bounded by the timeout,

@@ -6,7 +6,6 @@ key layout and the scripts are in :mod:`._scripts`, the background push in :mod:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import uuid
@@ -15,13 +14,20 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ..._extras import requires
 from ...errors import ConfigurationError, StorageUnavailable
-from ...scope import scope_kind
 from .._health import Health
 from .._in_flight import Row
 from ..base import AddResult, Limits, Storage, StorageStats, TableSummary
 from . import _scripts as scripts
 from ._cluster import ShardSubscription, is_cluster
-from ._codec import collect_evicted, decode_reason, encode_reason, member, text, to_bytes
+from ._codec import (
+    add_arguments,
+    collect_evicted,
+    decode_reason,
+    decode_summary,
+    member,
+    text,
+    to_bytes,
+)
 from ._connect import client_from_url, table_identity
 from ._home import HomeLoop
 from ._local import LocalRequests
@@ -104,7 +110,6 @@ class RedisStorage(Storage):
             for name in scripts.NAMES
         }
         self._local = LocalRequests()
-        self._pending: set[asyncio.Future[Any]] = set()
         self._health = Health(self, "Redis")
         subscription: Subscription
         concurrency: int | None = None  # a blocking pool queues a burst by itself
@@ -254,19 +259,11 @@ class RedisStorage(Storage):
         limits: Limits,
         require_in_flight: bool = False,
     ) -> AddResult:
-        quota = limits.max_rows_per_scope
-        cap = limits.max_rows
-        args = (
-            to_bytes(scope),
-            to_bytes(key),
-            encode_reason(reason),
-            "1" if require_in_flight else "0",
-            "" if quota is None else str(quota),
-            "" if cap is None else str(cap),
-            str(limits.eviction_batch),
+        args = [
+            *add_arguments(scope, key, reason, limits, require_in_flight),
             self.worker_id,
             "" if self._eviction_chunk is None else str(self._eviction_chunk),
-        )
+        ]
         shadow = "1" if limits.shadow_quota else "0"
         evicted: list[tuple[str, int]] = []
         owed: bytes | str = ""
@@ -349,20 +346,7 @@ class RedisStorage(Storage):
                 self._local.orphan([row])
                 raise
 
-        task = asyncio.ensure_future(run())
-        self._pending.add(task)
-        task.add_done_callback(self._settle)
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if not task.done():
-                await asyncio.wait([task])
-            raise
-
-    def _settle(self, future: asyncio.Future[Any]) -> None:
-        self._pending.discard(future)
-        if not future.cancelled():
-            future.exception()  # retrieved: finish() already reported it to its caller
+        await self._home.to_completion(run)
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         flight = self._prefix + b"f:" + member(scope, key)
@@ -418,28 +402,13 @@ class RedisStorage(Storage):
     async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
         """Totals by scope kind, the *top_k* largest scopes and the number holding at least
         *at_least* rows: one script, O(k log n)."""
-        kinds, flights, largest, near = await self._run(
+        reply = await self._run(
             "SUMMARY",
             str(max(0, top_k)),
             "" if at_least is None else str(at_least),
             operation="stats",
         )
-        in_flight: dict[str, int] = {}
-        for i in range(0, len(flights), 2):
-            kind = scope_kind(text(flights[i]))
-            in_flight[kind] = in_flight.get(kind, 0) + int(flights[i + 1])
-        return TableSummary(
-            rows={
-                text(kinds[i]): int(kinds[i + 1])
-                for i in range(0, len(kinds), 2)
-                if kinds[i] != b"_v" and int(kinds[i + 1])
-            },
-            in_flight={kind: n for kind, n in in_flight.items() if n > 0},
-            largest=tuple(
-                (text(largest[i]), int(largest[i + 1])) for i in range(0, len(largest), 2)
-            ),
-            at_least=int(near),
-        )
+        return decode_summary(reply)
 
     def stats_from_thread(self, timeout: float) -> StorageStats | None:
         """:meth:`stats` on the home loop, from another thread, within *timeout*."""
@@ -468,8 +437,7 @@ class RedisStorage(Storage):
             return
         self._home.closed = True
         await self._push.stop()
-        if self._pending:
-            await asyncio.wait(list(self._pending))
+        await self._home.drain()
         if self._close_client:
             with contextlib.suppress(Exception):  # a client that is already gone
                 await self._redis.aclose()
