@@ -33,7 +33,7 @@ from .reason import MAX_REASON_CHARS, sanitize_reason
 from .request_context import RequestContext
 from .storage.base import AddResult, Limits, Storage, StorageStats
 from .storage.memory import MemoryStorage
-from .token import RequestToken
+from .token import RequestToken, new_token
 
 __all__ = [
     "QUOTA_MODES",
@@ -306,10 +306,10 @@ class CancellationRegistry:
         Returns the request's token. Prefer :meth:`request`, which also untracks and clears.
         """
         if request_id is None:
-            return RequestToken("", scope)
+            return new_token("", scope)
         key = normalize_id(request_id)
         owner = self._owners.for_current()
-        token = RequestToken(key, scope)
+        token = new_token(key, scope)
         await self._storage.track(scope, key, owner.id, token)
         self._owners.tracked(owner, (scope, key))
         return token

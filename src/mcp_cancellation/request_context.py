@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextvars import Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
@@ -20,7 +19,7 @@ from ._ids import normalize_id
 from ._owners import Owner, Owners, current_owner_object
 from .context import _current
 from .errors import RequestCancelled, StorageUnavailable
-from .token import RequestToken
+from .token import RequestToken, new_token
 
 if TYPE_CHECKING:
     from .storage.base import Storage
@@ -44,6 +43,9 @@ class RequestHost(Protocol):
 
 logger = logging.getLogger("mcp_cancellation")
 
+#: ``_previous`` of a block that has not entered (or has exited).
+_OUTSIDE: object = object()
+
 
 class RequestContext(Owner):
     """The async context manager returned by :meth:`CancellationRegistry.request`.
@@ -53,7 +55,7 @@ class RequestContext(Owner):
     :attr:`~CancellationRegistry.storage` only.
     """
 
-    __slots__ = ("_key", "_owners", "_registry", "_reset", "_scope", "_storage", "_tracked")
+    __slots__ = ("_key", "_owners", "_previous", "_registry", "_scope", "_storage", "_tracked")
 
     def __init__(
         self,
@@ -68,9 +70,9 @@ class RequestContext(Owner):
         self._scope = scope
         # Validate eagerly so a bad id fails before the block runs, writing nothing.
         self._key = None if request_id is None else normalize_id(request_id)
-        self.token: RequestToken = RequestToken(self._key or "", scope, tool)
+        self.token: RequestToken = new_token(self._key or "", scope, tool)
         self._tracked = False
-        self._reset: Token[RequestToken | None] | None = None
+        self._previous: RequestToken | object | None = _OUTSIDE
 
     async def __aenter__(self) -> RequestToken:
         token = self.token
@@ -95,7 +97,10 @@ class RequestContext(Owner):
                 owners.leave(owner_id)
                 raise
             self._tracked = True
-        self._reset = _current.set(token)
+        # The previous value, not set()'s reset Token: restoring it holds no 64-byte Token
+        # per request in flight (benchmarks/registry.py, 1b.).
+        self._previous = _current.get()
+        _current.set(token)
         return token
 
     async def __aexit__(
@@ -104,9 +109,10 @@ class RequestContext(Owner):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._reset is not None:
-            _current.reset(self._reset)
-            self._reset = None
+        previous = self._previous
+        if previous is not _OUTSIDE:
+            _current.set(previous)  # type: ignore[arg-type]
+            self._previous = _OUTSIDE
         if not self._tracked or self._key is None:
             return
         self._tracked = False

@@ -1,15 +1,19 @@
-"""The in-flight tokens of this process: ``(scope, key) -> {owner: token}``.
+"""The in-flight tokens of this process: ``(scope, key) -> owner(s) and token(s)``.
 
 Both storages keep one: the memory storage as its in-flight table, the Redis storage as the
 local half of its table (the tokens it flips when a cancellation is pushed). The owner-pop
 and the dead-owner sweep live here once. Not thread-safe by itself: each storage calls it
 under its own lock.
+
+A request almost always has one owner, so its entry is then an ``(owner, token)`` pair
+(56 bytes), and becomes an ``{owner: token}`` dict only while a second owner tracks the
+same id (a dict costs 4x the pair; measured in ``benchmarks/registry.py``, 1b.).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
     from ..token import RequestToken
@@ -19,6 +23,16 @@ __all__ = ["InFlightTokens", "Row"]
 #: One in-flight row: (scope, key, owner).
 Row = tuple[str, str, str]
 
+#: The owners of one request: ``(owner, token)`` for one, ``{owner: token}`` for several.
+_Owners: TypeAlias = "tuple[str, RequestToken] | dict[str, RequestToken]"
+
+
+def _items(entry: _Owners) -> Iterator[tuple[str, RequestToken]]:
+    if isinstance(entry, tuple):
+        yield entry
+    else:
+        yield from entry.items()
+
 
 class InFlightTokens:
     """Tokens by request ``(scope, key)`` and owner; a request's entry goes with its last
@@ -27,63 +41,80 @@ class InFlightTokens:
     __slots__ = ("_table",)
 
     def __init__(self) -> None:
-        self._table: dict[tuple[str, str], dict[str, RequestToken]] = {}
-
-    def owners(self, scope: str, key: str) -> dict[str, RequestToken] | None:
-        """The owners tracking ``(scope, key)`` and their tokens (do not mutate)."""
-        return self._table.get((scope, key))
+        self._table: dict[tuple[str, str], _Owners] = {}
 
     def add(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
-        owners = self._table.get((scope, key))
-        if owners is None:
-            self._table[(scope, key)] = {owner: token}
+        """Track *owner*'s row (replacing its earlier token, if any)."""
+        entry = self._table.get((scope, key))
+        if entry is None or (isinstance(entry, tuple) and entry[0] == owner):
+            self._table[(scope, key)] = (owner, token)
+        elif isinstance(entry, tuple):
+            self._table[(scope, key)] = {entry[0]: entry[1], owner: token}
         else:
-            owners[owner] = token
+            entry[owner] = token
 
     def pop(self, scope: str, key: str, owner: str) -> bool:
         """Remove *owner*'s row only; whether it was there."""
-        owners = self._table.get((scope, key))
-        if owners is None or owners.pop(owner, None) is None:
+        entry = self._table.get((scope, key))
+        if entry is None:
             return False
-        if not owners:
+        if isinstance(entry, tuple):
+            if entry[0] != owner:
+                return False
             del self._table[(scope, key)]
+            return True
+        if entry.pop(owner, None) is None:
+            return False
+        if len(entry) == 1:
+            ((left, token),) = entry.items()
+            self._table[(scope, key)] = (left, token)
         return True
+
+    def count(self, scope: str, key: str) -> int:
+        """How many owners track ``(scope, key)``."""
+        entry = self._table.get((scope, key))
+        return 0 if entry is None else 1 if isinstance(entry, tuple) else len(entry)
+
+    def holds(self, scope: str, key: str, owner: str) -> bool:
+        """Whether *owner* tracks ``(scope, key)``."""
+        entry = self._table.get((scope, key))
+        if entry is None:
+            return False
+        return entry[0] == owner if isinstance(entry, tuple) else owner in entry
 
     def tokens(
         self, scope: str, key: str, only: Collection[str] | None = None
     ) -> list[RequestToken]:
         """The tokens of ``(scope, key)``, of the owners in *only* if given."""
-        owners = self._table.get((scope, key))
-        if not owners:
+        entry = self._table.get((scope, key))
+        if entry is None:
             return []
-        if only is None:
-            return list(owners.values())
-        return [token for owner, token in owners.items() if owner in only]
+        return [token for owner, token in _items(entry) if only is None or owner in only]
 
     def sweep(self, dead: Collection[str]) -> list[Row]:
         """Remove every row whose owner is in *dead*; the rows removed."""
         removed: list[Row] = []
         if not dead:
             return removed
-        for (scope, key), owners in list(self._table.items()):
-            for owner in [o for o in owners if o in dead]:
-                del owners[owner]
-                removed.append((scope, key, owner))
-            if not owners:
-                del self._table[(scope, key)]
+        for (scope, key), entry in list(self._table.items()):
+            for owner, _ in list(_items(entry)):
+                if owner in dead:
+                    self.pop(scope, key, owner)
+                    removed.append((scope, key, owner))
         return removed
 
     def counts(self) -> dict[str, int]:
         """In-flight rows per scope."""
         counts: dict[str, int] = {}
-        for (scope, _), owners in self._table.items():
-            counts[scope] = counts.get(scope, 0) + len(owners)
+        for (scope, _), entry in self._table.items():
+            n = 1 if isinstance(entry, tuple) else len(entry)
+            counts[scope] = counts.get(scope, 0) + n
         return counts
 
     def rows(self) -> Iterator[tuple[str, str, str, RequestToken]]:
         """Every row with its token: ``(scope, key, owner, token)``."""
-        for (scope, key), owners in self._table.items():
-            for owner, token in owners.items():
+        for (scope, key), entry in self._table.items():
+            for owner, token in _items(entry):
                 yield scope, key, owner, token
 
     def __len__(self) -> int:

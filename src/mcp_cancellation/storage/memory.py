@@ -99,8 +99,8 @@ class MemoryStorage(SynchronousStorage):
     ) -> AddResult:
         """Synchronous :meth:`add` (the memory storage never waits)."""
         with self._lock:
-            owners = self._in_flight.owners(scope, key)
-            if require_in_flight and not owners:
+            tokens = self._in_flight.tokens(scope, key)
+            if require_in_flight and not tokens:
                 return _NOT_IN_FLIGHT
             rows = self._rows.get(scope)
             if rows is not None and key in rows:
@@ -137,9 +137,8 @@ class MemoryStorage(SynchronousStorage):
                     if self._graveyard:
                         self._release(_RELEASE_PER_CALL)
                     outcome = _RECORDED
-            if owners:
-                for token in owners.values():
-                    token.set_cancelled(reason)
+            for token in tokens:
+                token.set_cancelled(reason)
             return outcome
 
     def _release(self, budget: int = 0) -> None:
@@ -266,7 +265,7 @@ class MemoryStorage(SynchronousStorage):
                 self._remove_row(scope, key, rows)
 
     async def is_tracked(self, scope: str, key: str) -> bool:
-        return bool(self._in_flight.owners(scope, key))
+        return self._in_flight.count(scope, key) > 0
 
     # -- maintenance -------------------------------------------------------------------
 

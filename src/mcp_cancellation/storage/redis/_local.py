@@ -49,8 +49,7 @@ class LocalRequests:
     def holds_others(self, scope: str, key: str) -> bool:
         """Whether this worker tracks anything besides one owner of ``(scope, key)``."""
         with self._lock:
-            owners = self._tokens.owners(scope, key)
-            return len(self._tokens) > 1 or (owners is not None and len(owners) > 1)
+            return len(self._tokens) > 1 or self._tokens.count(scope, key) > 1
 
     def snapshot(self) -> list[tuple[str, str, str, RequestToken]]:
         """Every tracked row with its token, at one moment."""
@@ -63,7 +62,7 @@ class LocalRequests:
             return [
                 (scope, key, owner)
                 for scope, key, owner, _ in snapshot
-                if owner not in (self._tokens.owners(scope, key) or {})
+                if not self._tokens.holds(scope, key, owner)
             ]
 
     def sweep(self, dead: Collection[str]) -> list[Row]:
