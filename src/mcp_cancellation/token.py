@@ -89,7 +89,10 @@ class RequestToken(_TokenState):
             """Whether a cancellation for this request has been recorded."""
 
     def __new__(cls, request_id: str, scope: str, tool: str | None = None) -> RequestToken:
-        return new_token(request_id, scope, tool)
+        token = new_token(request_id, scope, tool)
+        if cls is not RequestToken:  # a subclass (with no slots of its own) keeps its class
+            _write(token, "__class__", cls)
+        return token
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"RequestToken.{name} is read-only")

@@ -53,3 +53,13 @@ def test_one_owner_is_a_pair_and_more_owners_share_the_request() -> None:
     assert table.sweep({"owner-b"}) == [("s", "1", "owner-b")]
     assert len(table) == 0
     assert table.count("s", "1") == 0
+
+
+def test_a_subclass_keeps_its_class_and_the_seal() -> None:
+    class Tagged(RequestToken):
+        __slots__ = ()
+
+    token = Tagged("1", "global")
+    assert type(token) is Tagged
+    with pytest.raises(AttributeError, match="read-only"):
+        token.tool = "x"
