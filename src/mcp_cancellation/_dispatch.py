@@ -16,25 +16,37 @@ import inspect
 import threading
 import weakref
 from collections.abc import Callable
+from types import MethodType
 from typing import Any
 
 from blinker import ANY, NamedSignal
 
 __all__ = ["Signal"]
 
-_Ref = Callable[[], Callable[..., Any] | None]
+#: A cached receiver: ``(weak reference to the bound method's object, its function)`` for
+#: a bound method, ``(None, weak reference to it)`` for anything else.
+_Call = tuple["weakref.ref[Any] | None", Any]
+#: A sender's cache entry: ``(weak reference to the sender, generation, receivers)``;
+#: ``receivers`` is ``None`` when one is a coroutine function (left to blinker).
+_Entry = tuple["weakref.ref[Any]", int, "tuple[_Call, ...] | None"]
 
 
-def _ref(receiver: Callable[..., Any]) -> _Ref:
-    """A weak reference to *receiver* (a bound method through ``WeakMethod``), or a strong
-    one for a callable that cannot be weakly referenced (blinker then holds it strongly
-    too, and a ``disconnect`` drops the cache)."""
-    try:
-        if inspect.ismethod(receiver):
-            return weakref.WeakMethod(receiver)
-        return weakref.ref(receiver)
-    except TypeError:
-        return lambda: receiver
+def _call(receiver: Callable[..., Any]) -> _Call:
+    """How the cache holds *receiver*: weakly, as blinker's weak connections do, and
+    callable without building a ``WeakMethod`` each time (a bound method is its object's
+    weak reference and its function; a callable that cannot be weakly referenced is held
+    strongly, as blinker then holds it too, and a ``disconnect`` drops the cache)."""
+    if inspect.ismethod(receiver):
+        try:
+            return weakref.ref(receiver.__self__), receiver.__func__
+        except TypeError:
+            pass
+    else:
+        try:
+            return None, weakref.ref(receiver)
+        except TypeError:
+            pass
+    return None, lambda: receiver
 
 
 class Signal(NamedSignal):
@@ -44,9 +56,9 @@ class Signal(NamedSignal):
         super().__init__(name, doc)
         self._generation = 0
         self._lock = threading.Lock()
-        self._cache: weakref.WeakKeyDictionary[Any, tuple[int, tuple[_Ref, ...] | None]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # By id(sender): one dict lookup on the hot path. The entry's weak reference tells
+        # a reused id from the sender, and its callback drops the entry with the sender.
+        self._cache: dict[int, _Entry] = {}
 
     def connect(self, receiver: Any, sender: Any = ANY, weak: bool = True) -> Any:
         with self._lock:
@@ -58,18 +70,28 @@ class Signal(NamedSignal):
             self._generation += 1
         super().disconnect(receiver, sender)
 
-    def _resolve(self, sender: Any) -> tuple[_Ref, ...] | None:
-        """The receivers for *sender*, or ``None`` if one is a coroutine function (left
-        to blinker, which refuses it without an async wrapper)."""
+    def _resolve(self, sender: Any) -> tuple[_Call, ...] | None:
+        """Cache the receivers for *sender* and return them (``None`` if one is a
+        coroutine function; raises ``TypeError`` for a sender that cannot be weakly
+        referenced)."""
         with self._lock:
             generation = self._generation
         receivers = list(self.receivers_for(sender))
-        refs = None
+        calls = None
         if not any(inspect.iscoroutinefunction(r) for r in receivers):
-            refs = tuple(_ref(r) for r in receivers)
+            calls = tuple(_call(r) for r in receivers)
+        key = id(sender)
+        cache = self._cache
+
+        def forget(ref: weakref.ref[Any]) -> None:
+            entry = cache.get(key)
+            if entry is not None and entry[0] is ref:
+                cache.pop(key, None)
+
+        ref = weakref.ref(sender, forget)
         with self._lock:
-            self._cache[sender] = (generation, refs)
-        return refs
+            cache[key] = (ref, generation, calls)
+        return calls
 
     def send(
         self,
@@ -79,19 +101,61 @@ class Signal(NamedSignal):
         _async_wrapper: Any = None,
         **kwargs: Any,
     ) -> list[tuple[Callable[..., Any], Any]]:
-        if _async_wrapper is not None or self.is_muted or not self.receivers:
+        if _async_wrapper is not None or self.is_muted:
             return super().send(sender, _async_wrapper=_async_wrapper, **kwargs)
-        try:
-            entry = self._cache.get(sender)
-        except TypeError:  # not weakly referenceable (or unhashable): blinker's way
+        entry = self._cache.get(id(sender))
+        if entry is not None and entry[1] == self._generation and entry[0]() is sender:
+            calls = entry[2]
+        else:
+            try:
+                calls = self._resolve(sender)
+            except TypeError:  # not weakly referenceable: blinker's way
+                return super().send(sender, **kwargs)
+        if calls is None:
             return super().send(sender, **kwargs)
-        fresh = entry is not None and entry[0] == self._generation
-        refs = entry[1] if fresh and entry is not None else self._resolve(sender)
-        if refs is None:
-            return super().send(sender, **kwargs)
-        receivers = [ref() for ref in refs]
-        if None in receivers:  # a weakly connected receiver died: blinker cleans up
-            with self._lock:
-                self._cache.pop(sender, None)
-            return super().send(sender, **kwargs)
-        return [(receiver, receiver(sender, **kwargs)) for receiver in receivers]  # type: ignore[misc]
+        # Every receiver is looked up before any is called: if one has died, blinker
+        # (which cleaned it up) sends to the rest, exactly once each.
+        targets = []
+        for obj_ref, function in calls:
+            target = function() if obj_ref is None else obj_ref()
+            if target is None:
+                with self._lock:
+                    self._cache.pop(id(sender), None)
+                return super().send(sender, **kwargs)
+            targets.append(target)
+        results: list[tuple[Callable[..., Any], Any]] = []
+        for (obj_ref, function), target in zip(calls, targets, strict=True):
+            if obj_ref is None:
+                results.append((target, target(sender, **kwargs)))
+            else:
+                results.append((MethodType(function, target), function(target, sender, **kwargs)))
+        return results
+
+    def fire(self, sender: Any, /, **kwargs: Any) -> None:
+        """:meth:`send`, for a caller that ignores what the receivers return (the
+        registry's hot paths): the same receivers, in the same order, with no result
+        list built."""
+        entry = self._cache.get(id(sender))
+        if (
+            entry is None
+            or entry[1] != self._generation
+            or entry[0]() is not sender
+            or entry[2] is None
+            or self.is_muted
+        ):
+            self.send(sender, **kwargs)
+            return
+        calls = entry[2]
+        if not calls:  # nobody listening: a cached lookup, nothing else
+            return
+        if len(calls) == 1:  # the usual case: one bridge
+            obj_ref, function = calls[0]
+            target = function() if obj_ref is None else obj_ref()
+            if target is None:
+                self.send(sender, **kwargs)
+            elif obj_ref is None:
+                target(sender, **kwargs)
+            else:
+                function(target, sender, **kwargs)
+            return
+        self.send(sender, **kwargs)

@@ -105,3 +105,67 @@ def test_an_async_receiver_is_refused_as_blinker_refuses_it() -> None:
     ours.connect(receiver)
     with pytest.raises(RuntimeError, match="coroutine"):
         ours.send(Sender())
+
+
+def test_fire_reaches_whom_send_reaches() -> None:
+    """``fire`` (the registry's hot-path send) calls the same receivers as blinker's
+    ``send``: none, one, several, after a receiver dies, while muted and per sender."""
+    ours, plain = _pair()
+    one, two = Sender(), Sender()
+    log: list[str] = []
+
+    def fired(signal: blinker.Signal, sender: object) -> list[str]:
+        log.clear()
+        if isinstance(signal, Signal):
+            signal.fire(sender, x=1)
+        else:
+            signal.send(sender, x=1)
+        return sorted(log)
+
+    for signal in (ours, plain):
+        assert fired(signal, one) == []
+        assert fired(signal, one) == []
+        bound = Receiver(log, "bound")
+        signal.connect(bound.method)
+        assert fired(signal, one) == ["bound"]
+        assert fired(signal, one) == ["bound"]
+        plain_fn = Receiver(log, "plain")
+        signal.connect(plain_fn, sender=two)
+        assert fired(signal, two) == ["bound", "plain"]
+        assert fired(signal, one) == ["bound"]
+        with signal.muted():
+            assert fired(signal, one) == []
+            assert fired(signal, two) == []
+        del bound
+        gc.collect()
+        assert fired(signal, one) == []
+        assert fired(signal, two) == ["plain"]
+        signal.disconnect(plain_fn, sender=two)
+        assert fired(signal, two) == []
+
+
+def test_a_reused_sender_id_is_not_mistaken_for_the_dead_sender() -> None:
+    """The cache is keyed by ``id(sender)``; a new sender at a dead one's address (its
+    receiver connected for it alone, the cache filled, no disconnect) gets its own
+    receivers, not the dead one's."""
+    ours = Signal("ours")
+    log: list[str] = []
+    receiver = Receiver(log, "only-first")
+    reused = False
+    for _ in range(500):  # CPython reuses freed addresses soon; try until one is
+        first = Sender()
+        ours.connect(receiver, sender=first)
+        log.clear()
+        ours.fire(first)
+        assert log == ["only-first"]
+        dead_id = id(first)
+        del first  # freed at once (no cycle), so the next Sender may take its address
+        other = Sender()
+        log.clear()
+        ours.fire(other)
+        assert log == []
+        reused = reused or id(other) == dead_id
+        del other
+        if reused:
+            break
+    assert reused, "no address was reused: the case was not exercised"

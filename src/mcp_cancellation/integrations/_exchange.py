@@ -239,7 +239,7 @@ class Exchange:
         self.token.set_cancelled(DISCONNECT_REASON)
         if signals.request_cancelled.receivers:
             try:
-                signals.request_cancelled.send(
+                signals.request_cancelled.fire(
                     self.middleware.registry,
                     request_id=self.token.request_id,
                     scope=self.caller,
