@@ -79,8 +79,13 @@ class Owners:
     def new_id(self) -> str:
         return self._prefix + str(next(self._counter))
 
-    def enter(self, owner: Owner) -> None:
-        self._live[owner.id] = owner
+    def enter(self, owner: Owner, obj: object) -> str:
+        """Give *owner* a fresh id, owned by *obj* (a task or thread), and hold it live
+        until :meth:`leave`; its id. One call: the ``request()`` hot path enters once."""
+        owner.id = owner_id = self._prefix + str(next(self._counter))
+        owner.obj = obj
+        self._live[owner_id] = owner
+        return owner_id
 
     def leave(self, owner_id: str) -> None:
         self._live.pop(owner_id, None)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from . import signals
 from ._config import UNSET, _Unset, int_limit, seconds
-from ._ids import normalize_id
+from ._ids import INT_FAST_MAX, INT_FAST_MIN, normalize_id
 from ._owners import Owners
 from ._quota import QUOTA_MODES, QuotaMode, QuotaOverrides, QuotaPolicy
 from ._quota import quota_mode as quota_mode_of
@@ -189,11 +189,14 @@ class CancellationRegistry:
     def _prepare(self, request_id: object, reason: object, scope: str) -> tuple[str, str | None]:
         """Validate the id and sanitise the reason of a cancellation (signals a rejected
         invalid id; invalid ids given to reads raise too, but are not an abuse signal)."""
+        if type(request_id) is int and INT_FAST_MIN < request_id < INT_FAST_MAX:
+            # A small int (what clients send) is its decimal text, without the call.
+            return str(request_id), sanitize_reason(reason, self._max_reason_chars)
         try:
             key = normalize_id(request_id)
         except InvalidRequestId:
             if signals.cancellation_rejected.receivers:
-                signals.cancellation_rejected.send(
+                signals.cancellation_rejected.fire(
                     self, scope=scope, request_id=None, reason="invalid_request_id", mode="enforce"
                 )
             raise
@@ -206,22 +209,22 @@ class CancellationRegistry:
         Returns whether a cancellation was recorded."""
         for evicted_scope, count in result.evicted:
             if signals.cancellation_evicted.receivers:
-                signals.cancellation_evicted.send(self, scope=evicted_scope, count=count)
+                signals.cancellation_evicted.fire(self, scope=evicted_scope, count=count)
         outcome = result.outcome
         if outcome == "quota":
             if signals.cancellation_rejected.receivers:
-                signals.cancellation_rejected.send(
+                signals.cancellation_rejected.fire(
                     self, scope=scope, request_id=key, reason="quota", mode="enforce"
                 )
             raise CancellationLimitReached(scope, self.quota_for(scope) or 0)
         if result.over_quota and signals.cancellation_rejected.receivers:
-            signals.cancellation_rejected.send(
+            signals.cancellation_rejected.fire(
                 self, scope=scope, request_id=key, reason="quota", mode="shadow"
             )
         if outcome == "not_in_flight":
             return False
         if signals.request_cancelled.receivers:
-            signals.request_cancelled.send(
+            signals.request_cancelled.fire(
                 self, request_id=key, scope=scope, reason=text, method=method
             )
         return True
@@ -339,7 +342,7 @@ class CancellationRegistry:
         untrack it and clear its cancellation whatever the outcome. *tool* names the tool
         it calls, as a metric label (see :attr:`RequestToken.tool`). If it was cancelled,
         the block's exit sends ``request.stopped``."""
-        return RequestContext(self, request_id, scope, tool)
+        return RequestContext(self, self._owners, self._storage, request_id, scope, tool)
 
     # -- maintenance -------------------------------------------------------------------
 
@@ -355,7 +358,7 @@ class CancellationRegistry:
         self._owners.forget(dead)
         result = CleanupResult(removed, in_flight_removed)
         if signals.cancellation_cleanup.receivers:
-            signals.cancellation_cleanup.send(
+            signals.cancellation_cleanup.fire(
                 self,
                 removed=removed,
                 in_flight_removed=in_flight_removed,

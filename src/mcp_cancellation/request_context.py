@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from threading import current_thread
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from . import signals
-from ._ids import normalize_id
+from ._ids import INT_FAST_MAX, INT_FAST_MIN, normalize_id
 from ._owners import Owner, Owners, current_owner_object
 from .context import _current
 from .errors import RequestCancelled, StorageUnavailable
@@ -28,14 +29,8 @@ __all__ = ["RequestContext", "RequestHost"]
 
 
 class RequestHost(Protocol):
-    """What a request needs of its registry: the public attributes of a
-    :class:`~mcp_cancellation.CancellationRegistry` (which sends ``request.stopped``)."""
-
-    @property
-    def owners(self) -> Owners: ...
-
-    @property
-    def storage(self) -> Storage: ...
+    """What a request needs of its registry besides its owners and storage: the sender of
+    ``request.stopped`` and its grace (a :class:`~mcp_cancellation.CancellationRegistry`)."""
 
     @property
     def cancel_grace(self) -> float: ...
@@ -51,27 +46,42 @@ class RequestContext(Owner):
     """The async context manager returned by :meth:`CancellationRegistry.request`.
 
     It is its own owner record: one object per request on the hot path. It works through
-    the registry's public :attr:`~CancellationRegistry.owners` and
-    :attr:`~CancellationRegistry.storage` only.
+    the registry's :attr:`~CancellationRegistry.owners` and
+    :attr:`~CancellationRegistry.storage`, handed to it by the registry.
+
+    Its owner is the running task when the storage may wait, and the current thread when
+    it never does (a :class:`~mcp_cancellation.storage.SynchronousStorage`): there the exit
+    runs to its end whenever the task ends, normally, cancelled, or by its coroutine being
+    closed or collected, so only a dead thread can leave a row behind, and the thread is
+    what the dead-owner sweep checks. (Looking the task up costs a ``getpid()`` system call
+    on Python 3.11, a tenth of a request's life; ``benchmarks/registry.py``, 1.)
     """
 
-    __slots__ = ("_key", "_owners", "_previous", "_registry", "_scope", "_storage", "_tracked")
+    __slots__ = ("_key", "_owners", "_previous", "_registry", "_scope", "_storage", "_sync")
 
     def __init__(
         self,
         registry: RequestHost,
+        owners: Owners,
+        storage: Storage,
         request_id: object,
         scope: str,
         tool: str | None = None,
     ) -> None:
         self._registry = registry
-        self._owners = registry.owners
-        self._storage = registry.storage
+        self._owners = owners
+        self._storage = storage
+        self._sync = storage.synchronous
         self._scope = scope
-        # Validate eagerly so a bad id fails before the block runs, writing nothing.
-        self._key = None if request_id is None else normalize_id(request_id)
-        self.token: RequestToken = new_token(self._key or "", scope, tool)
-        self._tracked = False
+        # Validate eagerly so a bad id fails before the block runs, writing nothing. A
+        # small int (what clients send) is its decimal text, without the call.
+        if type(request_id) is int and INT_FAST_MIN < request_id < INT_FAST_MAX:
+            key: str | None = str(request_id)
+        else:
+            key = None if request_id is None else normalize_id(request_id)
+        self._key = key
+        self.token: RequestToken = new_token(key or "", scope, tool)
+        self.id = ""  # the owner id while tracked; empty outside the block
         self._previous: RequestToken | object | None = _OUTSIDE
 
     async def __aenter__(self) -> RequestToken:
@@ -79,24 +89,27 @@ class RequestContext(Owner):
         key = self._key
         if key is not None:
             owners = self._owners
-            storage = self._storage
-            self.id = owner_id = owners.new_id()
-            self.obj = current_owner_object()
-            owners.enter(self)
-            try:
-                if storage.synchronous:
-                    storage.track_nowait(self._scope, key, owner_id, token)
-                else:
-                    await storage.track(self._scope, key, owner_id, token)
-            except StorageUnavailable as exc:
-                # The request runs anyway, uncancellable through the storage until it comes
-                # back; finish() below still runs, so a storage that registered the token
-                # locally before failing releases it.
-                logger.warning("tracking request without the storage: %s", exc)
-            except BaseException:
-                owners.leave(owner_id)
-                raise
-            self._tracked = True
+            if self._sync:
+                owner_id = owners.enter(self, current_thread())
+                try:
+                    self._storage.track_nowait(self._scope, key, owner_id, token)
+                except BaseException:
+                    owners.leave(owner_id)
+                    self.id = ""
+                    raise
+            else:
+                owner_id = owners.enter(self, current_owner_object())
+                try:
+                    await self._storage.track(self._scope, key, owner_id, token)
+                except StorageUnavailable as exc:
+                    # The request runs anyway, uncancellable through the storage until it
+                    # comes back; finish() below still runs, so a storage that registered
+                    # the token locally before failing releases it.
+                    logger.warning("tracking request without the storage: %s", exc)
+                except BaseException:
+                    owners.leave(owner_id)
+                    self.id = ""
+                    raise
         # The previous value, not set()'s reset Token: restoring it holds no 64-byte Token
         # per request in flight (benchmarks/registry.py, 1b.).
         self._previous = _current.get()
@@ -113,23 +126,23 @@ class RequestContext(Owner):
         if previous is not _OUTSIDE:
             _current.set(previous)  # type: ignore[arg-type]
             self._previous = _OUTSIDE
-        if not self._tracked or self._key is None:
+        owner_id = self.id
+        if not owner_id:
             return
-        self._tracked = False
-        storage = self._storage
+        self.id = ""
         try:
-            if storage.synchronous:
-                storage.finish_nowait(self._scope, self._key, self.id)
+            if self._sync:
+                self._storage.finish_nowait(self._scope, self._key, owner_id)  # type: ignore[arg-type]
             else:
                 # Storages complete finish() even if this task is cancelled meanwhile (the
                 # very case cancellation produces), so rows never wait for the janitor.
-                await storage.finish(self._scope, self._key, self.id)
+                await self._storage.finish(self._scope, self._key, owner_id)  # type: ignore[arg-type]
         except StorageUnavailable as error:
             # Never turn a finished request into an error: the rows expire with the TTL
             # and the worker heartbeat instead.
             logger.warning("could not release request rows: %s", error)
         finally:
-            self._owners.leave(self.id)
+            self._owners.leave(owner_id)
             self.obj = None
             if self.token.cancelled and signals.request_stopped.receivers:
                 self._stopped(exc)
@@ -143,7 +156,7 @@ class RequestContext(Owner):
             outcome = "stopped" if cancelled or token.observed else "completed"
         elapsed = max(0.0, time.monotonic() - (token.cancelled_at or 0.0))
         registry = self._registry
-        signals.request_stopped.send(
+        signals.request_stopped.fire(
             registry,
             request_id=token.request_id,
             scope=self._scope,

@@ -44,8 +44,8 @@ def test_one_owner_is_a_pair_and_more_owners_share_the_request() -> None:
     assert table.count("s", "1") == 2
     assert table.tokens("s", "1") == [a, b]
     assert table.tokens("s", "1", only={"owner-b"}) == [b]
-    assert not table.pop("s", "1", "owner-c")
-    assert table.pop("s", "1", "owner-a")
+    assert not table.discard("s", "1", "owner-c")
+    assert table.discard("s", "1", "owner-a")
     assert table.tokens("s", "1") == [b]
     assert not table.holds("s", "1", "owner-a")
     table.add("s", "1", "owner-b", a)  # tracking again under the same owner replaces

@@ -34,50 +34,52 @@ def _items(entry: _Owners) -> Iterator[tuple[str, RequestToken]]:
         yield from entry.items()
 
 
-class InFlightTokens:
+class InFlightTokens(dict[tuple[str, str], _Owners]):
     """Tokens by request ``(scope, key)`` and owner; a request's entry goes with its last
-    owner."""
+    owner.
 
-    __slots__ = ("_table",)
+    It is the dict itself, so that a storage's hot path does the single-owner case with
+    plain dict operations under its lock (``setdefault`` of the pair, ``del`` of it) and
+    calls a method only for the rest.
+    """
 
-    def __init__(self) -> None:
-        self._table: dict[tuple[str, str], _Owners] = {}
+    __slots__ = ()
 
     def add(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
         """Track *owner*'s row (replacing its earlier token, if any)."""
-        entry = self._table.get((scope, key))
+        entry = self.get((scope, key))
         if entry is None or (isinstance(entry, tuple) and entry[0] == owner):
-            self._table[(scope, key)] = (owner, token)
+            self[(scope, key)] = (owner, token)
         elif isinstance(entry, tuple):
-            self._table[(scope, key)] = {entry[0]: entry[1], owner: token}
+            self[(scope, key)] = {entry[0]: entry[1], owner: token}
         else:
             entry[owner] = token
 
-    def pop(self, scope: str, key: str, owner: str) -> bool:
+    def discard(self, scope: str, key: str, owner: str) -> bool:
         """Remove *owner*'s row only; whether it was there."""
-        entry = self._table.get((scope, key))
+        entry = self.get((scope, key))
         if entry is None:
             return False
         if isinstance(entry, tuple):
             if entry[0] != owner:
                 return False
-            del self._table[(scope, key)]
+            del self[(scope, key)]
             return True
         if entry.pop(owner, None) is None:
             return False
         if len(entry) == 1:
             ((left, token),) = entry.items()
-            self._table[(scope, key)] = (left, token)
+            self[(scope, key)] = (left, token)
         return True
 
     def count(self, scope: str, key: str) -> int:
         """How many owners track ``(scope, key)``."""
-        entry = self._table.get((scope, key))
+        entry = self.get((scope, key))
         return 0 if entry is None else 1 if isinstance(entry, tuple) else len(entry)
 
     def holds(self, scope: str, key: str, owner: str) -> bool:
         """Whether *owner* tracks ``(scope, key)``."""
-        entry = self._table.get((scope, key))
+        entry = self.get((scope, key))
         if entry is None:
             return False
         return entry[0] == owner if isinstance(entry, tuple) else owner in entry
@@ -86,7 +88,7 @@ class InFlightTokens:
         self, scope: str, key: str, only: Collection[str] | None = None
     ) -> list[RequestToken]:
         """The tokens of ``(scope, key)``, of the owners in *only* if given."""
-        entry = self._table.get((scope, key))
+        entry = self.get((scope, key))
         if entry is None:
             return []
         return [token for owner, token in _items(entry) if only is None or owner in only]
@@ -96,27 +98,23 @@ class InFlightTokens:
         removed: list[Row] = []
         if not dead:
             return removed
-        for (scope, key), entry in list(self._table.items()):
+        for (scope, key), entry in list(self.items()):
             for owner, _ in list(_items(entry)):
                 if owner in dead:
-                    self.pop(scope, key, owner)
+                    self.discard(scope, key, owner)
                     removed.append((scope, key, owner))
         return removed
 
     def counts(self) -> dict[str, int]:
         """In-flight rows per scope."""
         counts: dict[str, int] = {}
-        for (scope, _), entry in self._table.items():
+        for (scope, _), entry in self.items():
             n = 1 if isinstance(entry, tuple) else len(entry)
             counts[scope] = counts.get(scope, 0) + n
         return counts
 
     def rows(self) -> Iterator[tuple[str, str, str, RequestToken]]:
         """Every row with its token: ``(scope, key, owner, token)``."""
-        for (scope, key), entry in self._table.items():
+        for (scope, key), entry in self.items():
             for owner, token in _items(entry):
                 yield scope, key, owner, token
-
-    def __len__(self) -> int:
-        """The number of requests ``(scope, key)`` with at least one owner."""
-        return len(self._table)

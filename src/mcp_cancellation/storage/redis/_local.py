@@ -38,7 +38,7 @@ class LocalRequests:
 
     def forget(self, row: Row) -> None:
         with self._lock:
-            self._tokens.pop(*row)
+            self._tokens.discard(*row)
 
     def tokens(
         self, scope: str, key: str, only: Collection[str] | None = None
