@@ -419,3 +419,40 @@ async def test_scrape_survives_a_redis_outage(caplog: pytest.LogCaptureFixture) 
             app.bridge.uninstall()
         finally:
             await registry.aclose()
+
+
+def test_cancelled_total_counts_every_cancellation_from_many_threads() -> None:
+    """The cancellation counter (a lock-guarded tally, not a prometheus_client child)
+    loses no increment when threads with their own loops cancel at once, and exposes
+    ``_total`` and ``_created`` for every scope kind from the start."""
+    import threading
+
+    registry = CancellationRegistry(janitor_interval=None, max_rows=None, max_rows_per_scope=None)
+    app = metrics_app(registry)
+    threads, per_thread = 6, 300
+    start = threading.Barrier(threads)
+
+    def work(n: int) -> None:
+        async def cancels() -> None:
+            start.wait()  # every thread inside its loop before any cancels
+            for i in range(per_thread):
+                await registry.cancel(i, None, f"ip:192.0.2.{n}")
+
+        asyncio.run(cancels())
+
+    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+        assert not worker.is_alive()
+    assert app.bridge.collector_registry is not None
+    text = generate_latest(app.bridge.collector_registry).decode()
+    parsed = samples(text)
+    assert value(parsed, P + "cancelled_total", scope_kind="ip") == threads * per_thread
+    for kind in SCOPE_KINDS:
+        created = value(parsed, P + "cancelled_created", scope_kind=kind)
+        assert created > 0
+        if kind != "ip":
+            assert value(parsed, P + "cancelled_total", scope_kind=kind) == 0
+    app.bridge.uninstall()

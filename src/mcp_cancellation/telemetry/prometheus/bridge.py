@@ -22,6 +22,7 @@ from .._guard import never_raise
 from .._labels import ScopeLabeler
 from .._rejections import REJECTIONS_WINDOW, Rejections
 from .._table_state import ignored_by_tool
+from ._tally import KindChildren, KindCounter, KindTally
 from .catalogue import CANCEL_TO_STOP_BUCKETS, METRICS, OUTCOMES, PREFIX, REJECTIONS, TABLES
 from .collector import GaugeState, StateCollector
 from .multiprocess import MULTIPROC_ENV, HitterFiles, check_multiprocess
@@ -29,7 +30,6 @@ from .multiprocess import MULTIPROC_ENV, HitterFiles, check_multiprocess
 with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
     from prometheus_client.exposition import choose_encoder
-    from prometheus_client.metrics import MetricWrapperBase
     from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -106,8 +106,8 @@ class PrometheusBridge(Bridge):
         self._files = HitterFiles(directory, self.hitters) if directory else None
         self._collector = StateCollector(self)
         self._snapshot: TableSummary | None = None
-        self._counters: list[MetricWrapperBase] = []
-        self._cancelled: dict[str, Counter] = {}
+        self._counters: list[Collector] = []
+        self._cancelled: KindCounter | None = None
         self._rejected: dict[tuple[str, str, str], Counter] = {}
         self._evicted: dict[str, Counter] = {}
         self._cleanup: dict[str, Counter] = {}
@@ -156,12 +156,21 @@ class PrometheusBridge(Bridge):
             info = METRICS[PREFIX + name + "_total"]
             return Counter(PREFIX + name, info.help, list(info.labels), registry=None)
 
-        cancelled, rejected = make("cancelled"), make("rejected")
+        rejected = make("rejected")
         evicted, cleanup = make("evicted"), make("cleanup_removed")
         errors = make("storage_errors")
         self._storage_errors = {o: errors.labels(self._storage, o) for o in STORAGE_OPERATIONS}
         # Every label combination exists from the start, so rate() sees the first event.
-        self._cancelled = {k: cancelled.labels(k) for k in SCOPE_KINDS}
+        # The hot counter (every recorded cancellation): a tally exposed by its own
+        # collector, except where prometheus_client's files must hold it (see _tally).
+        cancelled: Collector
+        if self.multiprocess_dir is None:
+            info = METRICS[PREFIX + "cancelled_total"]
+            cancelled = tally = KindTally(info.name, info.help, info.labels[0], SCOPE_KINDS)
+            self._cancelled = tally
+        else:
+            cancelled = counter = make("cancelled")
+            self._cancelled = KindChildren(counter, SCOPE_KINDS)
         self._evicted = {k: evicted.labels(k) for k in SCOPE_KINDS}
         self._rejected = {
             (k, r, m): rejected.labels(k, r, m) for k in SCOPE_KINDS for r, m in REJECTIONS
@@ -183,28 +192,31 @@ class PrometheusBridge(Bridge):
         ignored.labels(OTHER_TOOL)  # exists from the start; registered tools with their first
         self._counters = [cancelled, rejected, evicted, cleanup, errors, stop, ignored]
         if reg is not None:
-            done: list[MetricWrapperBase] = []
+            done: list[Collector] = []
             try:
-                for counter in self._counters:
-                    reg.register(counter)
-                    done.append(counter)
+                for collector in self._counters:
+                    reg.register(collector)
+                    done.append(collector)
             except ValueError as exc:
-                for counter in done:
-                    reg.unregister(counter)
+                for collector in done:
+                    reg.unregister(collector)
                 self._counters = []
                 raise ConfigurationError(_ONE_PER_COLLECTOR_REGISTRY) from exc
 
     def _unregister_counters(self) -> None:
         if self.collector_registry is not None:
-            for counter in self._counters:
-                self.collector_registry.unregister(counter)
+            for collector in self._counters:
+                self.collector_registry.unregister(collector)
         self._counters = []
 
     # -- signal receivers (hot path: a dict lookup and an increment each) --------------
 
-    @never_raise
     def _on_cancelled(self, sender: object, *, scope: str, **_: object) -> None:
-        self._cancelled[scope_kind(scope)].inc()
+        # never_raise, inlined: this receiver runs on every recorded cancellation.
+        try:
+            self._cancelled.inc(scope_kind(scope))  # type: ignore[union-attr]
+        except Exception:
+            logger.exception("telemetry receiver %s failed", "PrometheusBridge._on_cancelled")
 
     @never_raise
     def _on_rejected(
