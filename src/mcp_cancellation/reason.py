@@ -49,6 +49,9 @@ def sanitize_reason(value: object, max_chars: int = MAX_REASON_CHARS) -> str | N
     """
     if value is None or max_chars <= 0:
         return None
+    if type(value) is str and len(value) <= max_chars and value.isascii() and value.isprintable():
+        # The usual reason: short printable ASCII holds nothing the loop below removes.
+        return value or None
     text = _text_of(value)
     out: list[str] = []
     length = 0

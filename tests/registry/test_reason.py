@@ -179,3 +179,13 @@ def test_sanitised_output_is_always_clean(value: object) -> None:
 def test_sanitising_is_stripping_then_truncating(text: str) -> None:
     expected = "".join(c for c in text if c not in ALL_STRIPPED)[:200] or None
     assert sanitize_reason(text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=260))
+def test_ascii_reasons_of_every_length_are_stripped_and_truncated(text: str) -> None:
+    """ASCII text (the usual reason, taken by a shortcut when printable and short) gives
+    what the full rule gives, on both sides of the 200-character limit."""
+    expected = "".join(c for c in text if c not in ALL_STRIPPED)[:200] or None
+    assert sanitize_reason(text) == expected
+    assert sanitize_reason(_Sub(text)) == expected  # a subclass never takes the shortcut
