@@ -273,6 +273,12 @@ def test_proxy_headers_never_override_a_principal_or_session() -> None:
         ("tenant:7", "other"),
         ("", "other"),
         ("globalx", "other"),
+        ("ip", "other"),  # a kind's name without its colon
+        ("principal:", "principal"),
+        (":ip", "other"),
+        ("ipx:1", "other"),
+        ("ip:a:b", "ip"),  # the first colon decides
+        ("session", "other"),
     ],
 )
 def test_scope_kind(scope: str, kind: str) -> None:
