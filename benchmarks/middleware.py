@@ -12,7 +12,8 @@ Concurrent httpx clients in this process drive each in turn, alternating rounds,
 Printed: requests per second and p50/p99 latency per case, best of the rounds, and the
 ratios against the targets (throughput >= 0.97x the bare app, p99 <= 1.1x).
 
-    python benchmarks/middleware.py [--duration 2] [--rounds 8] [--concurrency 16] [--sse]
+    python benchmarks/middleware.py [--duration 2] [--rounds 8] [--concurrency 16]
+                                    [--mode json|sse|both]   (default both)
 """
 
 from __future__ import annotations
@@ -225,7 +226,15 @@ async def in_process_overhead(count: int = 20_000) -> dict[str, float]:
 
 
 async def run(args: argparse.Namespace) -> None:
-    json_response = not args.sse
+    """Each response mode asked for, JSON first: its own pair of servers and cases."""
+    modes = {"json": [True], "sse": [False], "both": [True, False]}[args.mode]
+    for i, json_response in enumerate(modes):
+        if i:
+            print()
+        await run_mode(args, json_response)
+
+
+async def run_mode(args: argparse.Namespace, json_response: bool) -> None:
     servers = {kind: start_server(kind, json_response) for kind in ("bare", "wrapped")}
     try:
         cases: list[tuple[str, Callable[[], dict[str, Any]]]] = [
@@ -304,10 +313,18 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=2.0, help="seconds per round")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--sse", action="store_true", help="SSE responses (default JSON)")
+    parser.add_argument(
+        "--mode",
+        choices=["json", "sse", "both"],
+        default="both",
+        help="response mode of the servers (default both, JSON first)",
+    )
+    parser.add_argument("--sse", action="store_true", help="the same as --mode sse")
     parser.add_argument("--serve", choices=["bare", "wrapped"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.sse:
+        args.mode = "sse"
     if args.serve:
         serve(args.serve, args.port, not args.sse)
         return
