@@ -4,8 +4,9 @@ thread) is gone without untracking; live owners of the same id stay."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Generator
 from typing import Any
 
 import pytest
@@ -254,3 +255,36 @@ async def test_a_task_left_pending_on_a_closed_loop_is_swept() -> None:
     assert await registry.in_flight(11, scope="s")
     assert await registry.cleanup() == CleanupResult(0, 1)
     assert not await registry.in_flight(11, scope="s")
+
+
+@pytest.mark.parametrize("ending", ["closed", "collected"])
+async def test_a_request_block_on_a_synchronous_storage_ends_with_its_coroutine(
+    ending: str,
+) -> None:
+    """With a storage that never waits a ``request()`` block is owned by its thread (a
+    live one here): its exit runs to its end when its coroutine is closed or collected
+    mid-block, so it leaves no row for a sweep that would not see it."""
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+
+    class Suspend:
+        """Suspends its awaiter once, with no loop: the coroutine is stepped by hand."""
+
+        def __await__(self) -> Generator[None, None, None]:
+            yield
+
+    async def block() -> None:
+        async with registry.request(7, "s"):
+            await Suspend()
+            raise AssertionError("never resumed")
+
+    coro = block()
+    coro.send(None)  # inside the block, suspended
+    assert await registry.in_flight(7, scope="s")
+    if ending == "closed":
+        coro.close()
+    else:
+        del coro
+        gc.collect()
+    assert not await registry.in_flight(7, scope="s")
+    assert len(registry.owners) == 0
+    assert await registry.cleanup() == CleanupResult(0, 0)
