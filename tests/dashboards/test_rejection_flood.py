@@ -57,7 +57,7 @@ def test_rotating_flood_keeps_rejection_series_bounded(tmp_path: Path) -> None:
         simulator = start_simulator(
             demo.url,
             tmp_path / "simulate.log",
-            *("--duration", "40", "--max-requests", "6000", "--clients", "1", "--hogs", "0"),
+            *("--duration", "40", "--max-requests", "3000", "--clients", "1", "--hogs", "0"),
             *("--flood-rate", "1500", "--flood-addresses", str(ADDRESSES)),
             *("--flood-invalid-share", "1", "--seed", "12", "--no-progress"),
         )
