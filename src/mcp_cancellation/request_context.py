@@ -88,28 +88,24 @@ class RequestContext(Owner):
         token = self.token
         key = self._key
         if key is not None:
-            owners = self._owners
-            if self._sync:
-                owner_id = owners.enter(self, current_thread())
-                try:
+            sync = self._sync
+            owner_id = self._owners.enter(
+                self, current_thread() if sync else current_owner_object()
+            )
+            try:
+                if sync:
                     self._storage.track_nowait(self._scope, key, owner_id, token)
-                except BaseException:
-                    owners.leave(owner_id)
-                    self.id = ""
-                    raise
-            else:
-                owner_id = owners.enter(self, current_owner_object())
-                try:
+                else:
                     await self._storage.track(self._scope, key, owner_id, token)
-                except StorageUnavailable as exc:
-                    # The request runs anyway, uncancellable through the storage until it
-                    # comes back; finish() below still runs, so a storage that registered
-                    # the token locally before failing releases it.
-                    logger.warning("tracking request without the storage: %s", exc)
-                except BaseException:
-                    owners.leave(owner_id)
-                    self.id = ""
-                    raise
+            except StorageUnavailable as exc:
+                # The request runs anyway, uncancellable through the storage until it comes
+                # back; finish() below still runs, so a storage that registered the token
+                # locally before failing releases it.
+                logger.warning("tracking request without the storage: %s", exc)
+            except BaseException:
+                self._owners.leave(owner_id)
+                self.id = ""
+                raise
         # The previous value, not set()'s reset Token: restoring it holds no 64-byte Token
         # per request in flight (benchmarks/registry.py, 1b.).
         self._previous = _current.get()

@@ -3,7 +3,16 @@ in the caller's own scope."""
 
 from __future__ import annotations
 
-from mcp_cancellation import CancellationRegistry, RequestToken
+import logging
+
+import pytest
+
+from mcp_cancellation import (
+    CancellationRegistry,
+    MemoryStorage,
+    RequestToken,
+    StorageUnavailable,
+)
 
 from ..support import HeldRequest
 from ._util import in_flight, rows
@@ -133,3 +142,25 @@ async def test_a_request_started_after_a_recorded_cancellation_of_a_reused_id(
     assert (await second.started()).cancelled
     await first.finish()
     await second.finish()
+
+
+async def test_a_synchronous_storage_that_cannot_track_leaves_the_request_running(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A storage that never waits but reports itself unavailable while tracking is
+    treated as the Redis storage is: one warning, the block runs, its exit releases."""
+
+    class Unavailable(MemoryStorage):
+        def track_nowait(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
+            raise StorageUnavailable("down for the test")
+
+    registry = CancellationRegistry(Unavailable(), janitor_interval=None)
+    ran = False
+    with caplog.at_level(logging.WARNING, logger="mcp_cancellation"):
+        async with registry.request(1, "s") as token:
+            ran = True
+            assert not token.cancelled
+    assert ran
+    assert "tracking request without the storage" in caplog.text
+    assert len(registry.owners) == 0
+    assert not await registry.in_flight(1, scope="s")
