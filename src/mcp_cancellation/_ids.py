@@ -18,11 +18,6 @@ _MAX_INT_BITS = 851
 _INT_BOUND = 10**MAX_ID_BYTES  # ints strictly inside (-10**255, 10**256) fit 256 chars
 _NEG_BOUND = -(10 ** (MAX_ID_BYTES - 1))
 
-#: A plain ``int`` strictly between these is valid and keyed by ``str(id)``: the check a
-#: hot path may inline before calling :func:`normalize_id` for anything else.
-INT_FAST_MIN: int = -(2**63)
-INT_FAST_MAX: int = 2**63
-
 
 def normalize_id(request_id: object) -> str:
     """Return the row key for *request_id*, or raise :class:`InvalidRequestId`."""

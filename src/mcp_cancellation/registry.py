@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from . import signals
 from ._config import UNSET, _Unset, int_limit, seconds
-from ._ids import INT_FAST_MAX, INT_FAST_MIN, normalize_id
+from ._ids import normalize_id
 from ._owners import Owners
 from ._quota import QUOTA_MODES, QuotaMode, QuotaOverrides, QuotaPolicy
 from ._quota import quota_mode as quota_mode_of
@@ -189,9 +189,6 @@ class CancellationRegistry:
     def _prepare(self, request_id: object, reason: object, scope: str) -> tuple[str, str | None]:
         """Validate the id and sanitise the reason of a cancellation (signals a rejected
         invalid id; invalid ids given to reads raise too, but are not an abuse signal)."""
-        if type(request_id) is int and INT_FAST_MIN < request_id < INT_FAST_MAX:
-            # A small int (what clients send) is its decimal text, without the call.
-            return str(request_id), sanitize_reason(reason, self._max_reason_chars)
         try:
             key = normalize_id(request_id)
         except InvalidRequestId:

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from . import signals
-from ._ids import INT_FAST_MAX, INT_FAST_MIN, normalize_id
+from ._ids import normalize_id
 from ._owners import Owner, Owners, current_owner_object
 from .context import _current
 from .errors import RequestCancelled, StorageUnavailable
@@ -73,13 +73,8 @@ class RequestContext(Owner):
         self._storage = storage
         self._sync = storage.synchronous
         self._scope = scope
-        # Validate eagerly so a bad id fails before the block runs, writing nothing. A
-        # small int (what clients send) is its decimal text, without the call.
-        if type(request_id) is int and INT_FAST_MIN < request_id < INT_FAST_MAX:
-            key: str | None = str(request_id)
-        else:
-            key = None if request_id is None else normalize_id(request_id)
-        self._key = key
+        # Validate eagerly so a bad id fails before the block runs, writing nothing.
+        self._key = key = None if request_id is None else normalize_id(request_id)
         self.token: RequestToken = new_token(key or "", scope, tool)
         self.id = ""  # the owner id while tracked; empty outside the block
         self._previous: RequestToken | object | None = _OUTSIDE
