@@ -182,8 +182,8 @@ _PREFIXED: dict[str, ScopeKind] = {"session": "session", "principal": "principal
 
 
 def scope_kind(scope: str) -> ScopeKind:
-    """The kind of a scope string: its prefix, ``global``, or ``other``. (On every
-    recorded cancellation, twice: written for a find and one lookup.)"""
+    """The kind of a scope string: its prefix, ``global``, or ``other`` (a find and one
+    lookup: it runs twice per recorded cancellation, in the storage and the bridge)."""
     if scope == "global":
         return "global"
     colon = scope.find(":")

@@ -166,11 +166,11 @@ class PrometheusBridge(Bridge):
         cancelled: Collector
         if self.multiprocess_dir is None:
             info = METRICS[PREFIX + "cancelled_total"]
-            cancelled = tally = KindTally(info.name, info.help, info.labels[0], SCOPE_KINDS)
-            self._cancelled = tally
+            tally = KindTally(info.name, info.help, info.labels[0], SCOPE_KINDS)
+            cancelled, self._cancelled = tally, tally
         else:
-            cancelled = counter = make("cancelled")
-            self._cancelled = KindChildren(counter, SCOPE_KINDS)
+            counter = make("cancelled")
+            cancelled, self._cancelled = counter, KindChildren(counter, SCOPE_KINDS)
         self._evicted = {k: evicted.labels(k) for k in SCOPE_KINDS}
         self._rejected = {
             (k, r, m): rejected.labels(k, r, m) for k in SCOPE_KINDS for r, m in REJECTIONS
