@@ -185,8 +185,9 @@ def _redis(sizes: tuple[int, ...]) -> dict[int, Figures]:
                 try:
                     return await _sweep_one(storage, n, 500)
                 finally:
-                    # ASYNC: freeing a million keys in the foreground outlasts the
-                    # client's socket timeout on a slow machine.
+                    # ASYNC: a foreground flush between sizes once timed out (the
+                    # client's socket timeout) on a slow machine and ended the run; the
+                    # background flush answers at once.
                     await storage.client.flushdb(asynchronous=True)
 
             results[n] = asyncio.run(run())
