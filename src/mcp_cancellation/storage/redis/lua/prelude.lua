@@ -70,31 +70,39 @@ local function drop_rows(scope, keys)
     redis.call('HDEL', REASONS, unpack(members, i, j))
   end
 end
--- Evict the oldest `limit` scopes of those holding exactly one row, appending each
--- scope's netstring to `singles`; a handful of commands per 1000 scopes instead of a
--- dozen per scope. Returns how many were evicted.
+-- Evict the oldest `limit` scopes when every scope holds exactly one row (an
+-- address-rotation flood), appending each scope's netstring to `singles`. Then P ages
+-- holds exactly those rows, in the order of P l:1 (both by the row's age, and ages are
+-- unique), so its first members are the victims' rows themselves: one range read, range
+-- deletes of both sorted sets, and one bulk command per 1000 scopes for the rest, with no
+-- command per victim. Returns how many were evicted.
 local function drop_single_rows(limit, singles)
-  local level = level_key(1)
-  local victims = redis.call('ZRANGE', level, 0, limit - 1)
-  local members, keys, kinds = {}, {}, {}
-  if #victims > 0 then ensure_kinds() end
-  for i, victim in ipairs(victims) do
+  local members = redis.call('ZRANGE', AGES, 0, limit - 1)
+  local n = #members
+  if n == 0 then return 0 end
+  ensure_kinds()
+  local victims, keys, kinds = {}, {}, {}
+  local find, sub, base = string.find, string.sub, #singles
+  for i = 1, n do
+    local m = members[i]
+    local colon = find(m, ':', 1, true)
+    local victim = sub(m, colon + 1, colon + tonumber(sub(m, 1, colon - 1)))
+    victims[i] = victim
+    keys[i] = P .. 's:' .. victim
     local kind = kind_of(victim)
     kinds[kind] = (kinds[kind] or 0) + 1
-    keys[i] = rows_key(victim)
-    members[i] = member(victim, redis.call('ZRANGE', keys[i], 0, 0)[1])
-    singles[#singles + 1] = #victim .. ':' .. victim
+    singles[base + i] = sub(m, 1, colon) .. victim
   end
-  for i = 1, #victims, 1000 do
-    local j = math.min(i + 999, #victims)
-    redis.call('ZREM', AGES, unpack(members, i, j))
+  redis.call('ZREMRANGEBYRANK', AGES, 0, n - 1)
+  redis.call('ZREMRANGEBYRANK', level_key(1), 0, n - 1)
+  for i = 1, n, 1000 do
+    local j = math.min(i + 999, n)
     redis.call('HDEL', REASONS, unpack(members, i, j))
     redis.call('DEL', unpack(keys, i, j))
     redis.call('ZREM', SCOPES, unpack(victims, i, j))
   end
-  if #victims > 0 then redis.call('ZREMRANGEBYRANK', level, 0, #victims - 1) end
-  for kind, n in pairs(kinds) do redis.call('HINCRBY', KINDS, kind, -n) end
-  return #victims
+  for kind, count in pairs(kinds) do redis.call('HINCRBY', KINDS, kind, -count) end
+  return n
 end
 local function remove_row(scope, key)
   if redis.call('HEXISTS', REASONS, member(scope, key)) == 0 then return 0 end
