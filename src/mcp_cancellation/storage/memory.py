@@ -292,29 +292,49 @@ class MemoryStorage(SynchronousStorage):
         with self._lock:
             self._release()
             if ttl is not None:
-                deadline = self._clock() - ttl
-                for scope in list(self._rows):
-                    rows = self._rows[scope]
-                    # Rows keep their first age and insertion order: the expired ones are
-                    # a prefix, so the sweep stops at the first live row of each scope.
-                    expired = 0
-                    for created, _ in rows.values():
-                        if created >= deadline:
-                            break
-                        expired += 1
-                    if not expired:
-                        continue
-                    self._index.remove(_entry(scope, rows))
-                    if expired == len(rows):
-                        del self._rows[scope]
-                    else:
-                        self._rows[scope] = rest = dict(islice(rows.items(), expired, None))
-                        self._index.add(_entry(scope, rest))
-                    self._kind_rows[scope_kind(scope)] -= expired
-                    removed += expired
-                self._total -= removed
+                removed = self._expire(self._clock() - ttl)
             in_flight_removed = len(self._in_flight.sweep(set(dead_owners)))
         return removed, in_flight_removed
+
+    def _expire(self, deadline: float) -> int:
+        """Remove the rows created before *deadline*; how many. Called under the lock.
+
+        Found from the scope-size index, not by visiting every scope: within one size, the
+        index orders scopes by their oldest row, so the scopes holding an expired row are a
+        prefix of each size's run, found by bisection. The cost is O((sizes + expired
+        scopes) log n), and a table has few distinct sizes (at most the quota, and at most
+        about sqrt(2 x rows))."""
+        index = self._index
+        expired_scopes: list[_Entry] = []
+        pos, end = 0, len(index)
+        while pos < end:
+            neg = index[pos][0]
+            # (neg, deadline, "") sorts after exactly the entries of this size whose
+            # oldest row is older than the deadline.
+            stop = index.bisect_left((neg, deadline, ""))
+            expired_scopes.extend(index.islice(pos, stop))
+            pos = index.bisect_left((neg + 1, -math.inf, ""))
+        removed = 0
+        for entry in expired_scopes:
+            scope = entry[2]
+            rows = self._rows[scope]
+            # Rows keep their first age and insertion order: the expired ones are a
+            # prefix, so the sweep stops at the first live row of the scope.
+            expired = 0
+            for created, _ in rows.values():
+                if created >= deadline:
+                    break
+                expired += 1
+            index.remove(entry)
+            if expired == len(rows):
+                del self._rows[scope]
+            else:
+                self._rows[scope] = rest = dict(islice(rows.items(), expired, None))
+                index.add(_entry(scope, rest))
+            self._kind_rows[scope_kind(scope)] -= expired
+            removed += expired
+        self._total -= removed
+        return removed
 
     def stats_nowait(self) -> StorageStats:
         """Synchronous :meth:`stats`: the memory storage always can."""
