@@ -297,3 +297,33 @@ async def test_a_flood_of_one_row_scopes_is_evicted_oldest_first(
     with receiving(cancellation_evicted) as evicted:
         await registry.cancel(1, None, "ip:203.0.113.2")
     assert evicted.kwargs[0] == {"scope": "ip:203.0.113.1", "count": 120}
+
+
+@pytest.mark.parametrize("size", [2, 3])
+async def test_a_flood_of_small_scopes_is_evicted_in_order(
+    make_registry: MakeRegistry, size: int
+) -> None:
+    """Many scopes of a few rows each (a few cancellations per rotated address), filled
+    round-robin so their oldest rows interleave: one evicting insert takes whole scopes in
+    order of their oldest row, and the batch ends part-way into the next one, its oldest
+    rows first, on every backend (Redis drops the whole scopes in bulk)."""
+    scopes = [f"ip:10.1.{i >> 8}.{i & 255}" for i in range(2_400 // size)]
+    registry = make_registry(max_rows=2_400, max_rows_per_scope=None)  # batch of 120
+    for request_id in range(size):
+        for scope in scopes:
+            await registry.cancel(request_id, None, scope)
+    with receiving(cancellation_evicted) as evicted:
+        await registry.cancel(1, None, "ip:203.0.113.1")
+    whole, part = divmod(120, size)
+    expected = [(scope, size) for scope in scopes[:whole]]
+    if part:
+        expected.append((scopes[whole], part))
+    assert [(e["scope"], e["count"]) for e in evicted.kwargs] == expected
+    stats = await registry.stats()
+    assert stats.total_rows == 2_400 - 120 + 1
+    assert scopes[whole - 1] not in stats.rows
+    if part:
+        assert stats.rows[scopes[whole]] == size - part
+        # Its oldest rows went: those with the lowest ids (inserted first).
+        assert await _present(registry, scopes[whole], range(size)) == list(range(part, size))
+    assert stats.rows[scopes[whole + 1]] == size

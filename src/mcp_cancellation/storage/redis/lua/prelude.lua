@@ -70,17 +70,33 @@ local function drop_rows(scope, keys)
     redis.call('HDEL', REASONS, unpack(members, i, j))
   end
 end
+-- Delete whole scopes at once: `victims` (all of one size, first in P l:<size>), the
+-- `members` of their rows and their row keys `keys`; `kinds` holds rows by scope kind.
+-- One bulk command per 1000 items instead of a dozen commands per scope.
+local function drop_scopes(size, victims, members, keys, kinds)
+  ensure_kinds()
+  for i = 1, #members, 1000 do
+    local j = math.min(i + 999, #members)
+    redis.call('HDEL', REASONS, unpack(members, i, j))
+    if size > 1 then redis.call('ZREM', AGES, unpack(members, i, j)) end
+  end
+  for i = 1, #victims, 1000 do
+    local j = math.min(i + 999, #victims)
+    redis.call('DEL', unpack(keys, i, j))
+    redis.call('ZREM', SCOPES, unpack(victims, i, j))
+  end
+  redis.call('ZREMRANGEBYRANK', level_key(size), 0, #victims - 1)
+  for kind, count in pairs(kinds) do redis.call('HINCRBY', KINDS, kind, -count) end
+end
 -- Evict the oldest `limit` scopes when every scope holds exactly one row (an
 -- address-rotation flood), appending each scope's netstring to `singles`. Then P ages
 -- holds exactly those rows, in the order of P l:1 (both by the row's age, and ages are
--- unique), so its first members are the victims' rows themselves: one range read, range
--- deletes of both sorted sets, and one bulk command per 1000 scopes for the rest, with no
--- command per victim. Returns how many were evicted.
+-- unique), so its first members are the victims' rows themselves: one range read and
+-- range deletes, with no command per victim. Returns how many were evicted.
 local function drop_single_rows(limit, singles)
   local members = redis.call('ZRANGE', AGES, 0, limit - 1)
   local n = #members
   if n == 0 then return 0 end
-  ensure_kinds()
   local victims, keys, kinds = {}, {}, {}
   local find, sub, base = string.find, string.sub, #singles
   for i = 1, n do
@@ -88,21 +104,37 @@ local function drop_single_rows(limit, singles)
     local colon = find(m, ':', 1, true)
     local victim = sub(m, colon + 1, colon + tonumber(sub(m, 1, colon - 1)))
     victims[i] = victim
-    keys[i] = P .. 's:' .. victim
+    keys[i] = rows_key(victim)
     local kind = kind_of(victim)
     kinds[kind] = (kinds[kind] or 0) + 1
     singles[base + i] = sub(m, 1, colon) .. victim
   end
   redis.call('ZREMRANGEBYRANK', AGES, 0, n - 1)
-  redis.call('ZREMRANGEBYRANK', level_key(1), 0, n - 1)
-  for i = 1, n, 1000 do
-    local j = math.min(i + 999, n)
-    redis.call('HDEL', REASONS, unpack(members, i, j))
-    redis.call('DEL', unpack(keys, i, j))
-    redis.call('ZREM', SCOPES, unpack(victims, i, j))
-  end
-  for kind, count in pairs(kinds) do redis.call('HINCRBY', KINDS, kind, -count) end
+  drop_scopes(1, victims, members, keys, kinds)
   return n
+end
+-- Evict whole scopes of `size` rows (the largest size there is), oldest first, as many
+-- as `limit` rows allow: one read of each victim's rows, the rest in bulk (many small
+-- scopes, such as a flood of a few cancellations per rotated address, would otherwise
+-- cost a dozen commands per scope). Appends (scope, count) pairs to `result`; returns
+-- the rows evicted.
+local function drop_level(size, limit, result)
+  local victims = redis.call('ZRANGE', level_key(size), 0, math.floor(limit / size) - 1)
+  if #victims == 0 then return 0 end
+  local members, keys, kinds = {}, {}, {}
+  for i, victim in ipairs(victims) do
+    keys[i] = rows_key(victim)
+    local head = #victim .. ':' .. victim
+    for _, key in ipairs(redis.call('ZRANGE', keys[i], 0, -1)) do
+      members[#members + 1] = head .. key
+    end
+    local kind = kind_of(victim)
+    kinds[kind] = (kinds[kind] or 0) + size
+    result[#result + 1] = victim
+    result[#result + 1] = size
+  end
+  drop_scopes(size, victims, members, keys, kinds)
+  return #victims * size
 end
 local function remove_row(scope, key)
   if redis.call('HEXISTS', REASONS, member(scope, key)) == 0 then return 0 end
@@ -126,11 +158,20 @@ local function evict(remaining, budget, partial, result, singles)
       if size > 0 then victim = partial end
       partial = ''
     end
+    local whole = 0  -- rows evicted as whole scopes in bulk this round (none: one scope)
     if not victim then
       local top = redis.call('ZREVRANGE', SCOPES, 0, 0, 'WITHSCORES')
       if #top == 0 then break end
       size = tonumber(top[2])
-      if size > 1 then
+      local limit = math.min(remaining, budget)
+      if size == 1 then
+        -- Only one-row scopes are left (an address-rotation flood).
+        whole = drop_single_rows(limit, singles)
+        if whole == 0 then break end
+      elseif limit >= size then
+        whole = drop_level(size, limit, result)
+        if whole == 0 then break end
+      else  -- the batch ends inside the next scope
         victim = redis.call('ZRANGE', level_key(size), 0, 0)[1]
         if not victim then break end
       end
@@ -145,11 +186,7 @@ local function evict(remaining, budget, partial, result, singles)
       remaining, budget = remaining - now, budget - now
       if now < take then partial = victim end
     else
-      -- Only one-row scopes are left (an address-rotation flood): they go oldest first,
-      -- which is the order of P l:1, so drop the next ones together.
-      local n = drop_single_rows(math.min(remaining, budget), singles)
-      if n == 0 then break end
-      remaining, budget = remaining - n, budget - n
+      remaining, budget = remaining - whole, budget - whole
     end
   end
   return remaining, budget, partial
