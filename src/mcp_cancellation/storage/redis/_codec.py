@@ -63,14 +63,16 @@ def split_netstrings(data: bytes) -> list[bytes]:
 def collect_evicted(evicted: list[tuple[str, int]], reply: list[Any]) -> None:
     """Append one ``ADD`` reply's evictions, in eviction order, to *evicted*; a scope that
     one call left part-way and the next finished is one entry, as if evicted at once."""
-    found = [(text(reply[i]), int(reply[i + 1])) for i in range(5, len(reply), 2)]
+    found: list[tuple[str, int]] = []
+    if reply[5]:  # (scope, count) netstring pairs
+        fields = split_netstrings(to_bytes(reply[5]))
+        found = [(text(fields[i]), int(fields[i + 1])) for i in range(0, len(fields), 2)]
     if reply[1]:  # one-row scopes evicted whole, after the others
         found += [(text(s), 1) for s in split_netstrings(to_bytes(reply[1]))]
-    for scope, count in found:
-        if evicted and evicted[-1][0] == scope:
-            evicted[-1] = (scope, evicted[-1][1] + count)
-        else:
-            evicted.append((scope, count))
+    if found and evicted and evicted[-1][0] == found[0][0]:
+        evicted[-1] = (found[0][0], evicted[-1][1] + found[0][1])
+        del found[0]
+    evicted += found
 
 
 def _optional(n: int | None) -> str:

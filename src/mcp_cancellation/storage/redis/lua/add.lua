@@ -4,24 +4,26 @@
 -- scope it was part-way through ("" for none), shadow quota ("1": record past the quota
 -- and say so, "" or "0": refuse).
 -- Returns {outcome, one-row scopes evicted, rows still owed, scope part-way, over quota
--- (1 or 0), evicted scope, count, evicted scope, count, ...}. Outcome ``evicting`` means
--- the call spent its eviction budget before the batch was done and wrote nothing else:
--- the caller calls again with the owed rows and the scope, so that no single script holds Redis for long, and the
--- calls together evict exactly what one unbounded call would. The scopes evicted whole with
--- one row each (an address-rotation flood) come after the others in eviction order, packed
--- as netstrings in one string so that a batch of thousands is one reply element.
+-- (1 or 0), the other evictions}. Outcome ``evicting`` means the call spent its eviction
+-- budget before the batch was done and wrote nothing else: the caller calls again with
+-- the owed rows and the scope, so that no single script holds Redis for long, and the
+-- calls together evict exactly what one unbounded call would. Evictions are packed as
+-- netstrings, so that a batch of thousands of scopes is two reply elements: the other
+-- evictions as (scope, count) pairs in eviction order, then the scopes evicted whole with
+-- one row each (an address-rotation flood), which come after them, as scopes alone.
 local scope, key, renc = ARGV[2], ARGV[3], ARGV[4]
 local m = member(scope, key)
 local fk = flight_key(m)
-local result, singles = {'recorded', '', 0, '', 0}, {}
+local result, evicted, singles = {'recorded', '', 0, '', 0, ''}, {}, {}
 local budget = tonumber(ARGV[10]) or math.huge
 local owed, partial = tonumber(ARGV[11]) or 0, ARGV[12] or ''
 local function done(outcome)
   result[1], result[2], result[3], result[4] = outcome, table.concat(singles), owed, partial
+  result[6] = table.concat(evicted)
   return result
 end
 if owed > 0 then
-  owed, budget, partial = evict(owed, budget, partial, result, singles)
+  owed, budget, partial = evict(owed, budget, partial, evicted, singles)
   if owed > 0 then return done('evicting') end
 end
 if ARGV[5] == '1' and redis.call('EXISTS', fk) == 0 then return done('not_in_flight') end
@@ -36,7 +38,7 @@ else
   end
   local total = redis.call('ZCARD', AGES)
   if ARGV[7] ~= '' and total >= tonumber(ARGV[7]) then
-    owed, budget, partial = evict(math.min(tonumber(ARGV[8]), total), budget, '', result, singles)
+    owed, budget, partial = evict(math.min(tonumber(ARGV[8]), total), budget, '', evicted, singles)
     if owed > 0 then return done('evicting') end
     count = count_of(scope)
   end
@@ -47,7 +49,7 @@ else
   redis.call('HSET', REASONS, m, renc)
   relevel(scope, count)
 end
-result[2] = table.concat(singles)
+result[2], result[6] = table.concat(singles), table.concat(evicted)
 -- Push the cancellation to every other worker that tracks the request.
 local owners = redis.call('HGETALL', fk)
 local by_worker = {}

@@ -70,6 +70,11 @@ local function drop_rows(scope, keys)
     redis.call('HDEL', REASONS, unpack(members, i, j))
   end
 end
+-- A scope's evicted rows, as `evicted` lists them: netstrings of the scope and the count.
+local function evicted_count(n)
+  local count = string.format('%d', n)
+  return #count .. ':' .. count
+end
 -- Delete whole scopes at once: `victims` (all of one size, first in P l:<size>), the
 -- `members` of their rows and their row keys `keys`; `kinds` holds rows by scope kind.
 -- One bulk command per 1000 items instead of a dozen commands per scope.
@@ -116,9 +121,9 @@ end
 -- Evict whole scopes of `size` rows (the largest size there is), oldest first, as many
 -- as `limit` rows allow: one read of each victim's rows, the rest in bulk (many small
 -- scopes, such as a flood of a few cancellations per rotated address, would otherwise
--- cost a dozen commands per scope). Appends (scope, count) pairs to `result`; returns
--- the rows evicted.
-local function drop_level(size, limit, result)
+-- cost a dozen commands per scope). Appends each victim to `evicted` (see evicted_entry);
+-- returns the rows evicted.
+local function drop_level(size, limit, evicted)
   local victims = redis.call('ZRANGE', level_key(size), 0, math.floor(limit / size) - 1)
   if #victims == 0 then return 0 end
   local members, keys, kinds = {}, {}, {}
@@ -130,8 +135,7 @@ local function drop_level(size, limit, result)
     end
     local kind = kind_of(victim)
     kinds[kind] = (kinds[kind] or 0) + size
-    result[#result + 1] = victim
-    result[#result + 1] = size
+    evicted[#evicted + 1] = head .. evicted_count(size)
   end
   drop_scopes(size, victims, members, keys, kinds)
   return #victims * size
@@ -148,9 +152,10 @@ end
 -- first, a whole scope at a time except where the batch ends. `partial` names a scope that
 -- a previous call (whose budget ran out) was part-way through: it is finished first, so
 -- a batch split over several calls evicts exactly what one call would have. Appends
--- (scope, count) pairs to `result` and one-row scopes to `singles`; returns what is still
--- owed, the budget left and the scope left part-way ('' for none).
-local function evict(remaining, budget, partial, result, singles)
+-- each (scope, count) to `evicted` as a pair of netstrings, except the one-row scopes
+-- evicted whole, which go to `singles` as one netstring each (they always come last);
+-- returns what is still owed, the budget left and the scope left part-way ('' for none).
+local function evict(remaining, budget, partial, evicted, singles)
   while remaining > 0 and budget > 0 do
     local victim, size = nil, 0
     if partial ~= '' then
@@ -169,7 +174,7 @@ local function evict(remaining, budget, partial, result, singles)
         whole = drop_single_rows(limit, singles)
         if whole == 0 then break end
       elseif limit >= size then
-        whole = drop_level(size, limit, result)
+        whole = drop_level(size, limit, evicted)
         if whole == 0 then break end
       else  -- the batch ends inside the next scope
         victim = redis.call('ZRANGE', level_key(size), 0, 0)[1]
@@ -181,8 +186,7 @@ local function evict(remaining, budget, partial, result, singles)
       local now = math.min(take, budget)
       drop_rows(victim, redis.call('ZRANGE', rows_key(victim), 0, now - 1))
       relevel(victim, size)
-      result[#result + 1] = victim
-      result[#result + 1] = now
+      evicted[#evicted + 1] = #victim .. ':' .. victim .. evicted_count(now)
       remaining, budget = remaining - now, budget - now
       if now < take then partial = victim end
     else
