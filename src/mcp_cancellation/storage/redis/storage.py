@@ -48,6 +48,9 @@ DEFAULT_PREFIX = "mcp-cancellation"
 #: Rows one ``ADD`` script may evict: a few milliseconds of Redis time at worst (one-row
 #: scopes, the costliest shape; docs/performance.md).
 DEFAULT_EVICTION_CHUNK = 250
+#: Expired rows one ``CLEANUP`` script may remove: a few milliseconds of Redis time at
+#: worst (scopes that each lose their oldest row, the costliest shape; docs/performance.md).
+DEFAULT_CLEANUP_BATCH = 500
 T = TypeVar("T")
 
 
@@ -79,7 +82,7 @@ class RedisStorage(Storage):
         prefix: str = DEFAULT_PREFIX,
         timeout: float = 5.0,
         heartbeat_ttl: float = 30.0,
-        cleanup_batch: int = 1000,
+        cleanup_batch: int = DEFAULT_CLEANUP_BATCH,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
         close_client: bool = False,
         identity: str | None = None,
@@ -144,7 +147,7 @@ class RedisStorage(Storage):
         heartbeat_ttl: float = 30.0,
         retries: int = 1,
         max_connections: int = 50,
-        cleanup_batch: int = 1000,
+        cleanup_batch: int = DEFAULT_CLEANUP_BATCH,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
         identity: str | None = None,
         eviction_chunk: int | None = DEFAULT_EVICTION_CHUNK,

@@ -23,6 +23,9 @@ for _, other in ipairs(redis.call('SMEMBERS', WORKERS)) do
   end
 end
 if ARGV[3] ~= '' then
+  -- The expired rows are the oldest of P ages (a prefix by rank): they go in one range
+  -- delete. Scopes all of whose rows expired (a flood's one-row scopes, typically) are
+  -- deleted in bulk; the others lose their oldest rows and are re-filed one by one.
   local deadline = string.format('%.0f', now_us() - tonumber(ARGV[3]))
   local limit = tonumber(ARGV[4])
   local expired = redis.call('ZRANGEBYSCORE', AGES, '-inf', '(' .. deadline, 'LIMIT', 0, limit)
@@ -38,11 +41,71 @@ if ARGV[3] ~= '' then
     end
     keys[#keys + 1] = key
   end
-  for _, scope in ipairs(order) do
-    local count = count_of(scope)
-    drop_rows(scope, by_scope[scope])
-    relevel(scope, count)
-    removed = removed + #by_scope[scope]
+  local cut = nil  -- the age of the newest expired row
+  if #expired > 0 then
+    ensure_kinds()
+    cut = redis.call('ZSCORE', AGES, expired[#expired])
+    redis.call('ZREMRANGEBYRANK', AGES, 0, #expired - 1)
+    for i = 1, #expired, 1000 do
+      redis.call('HDEL', REASONS, unpack(expired, i, math.min(i + 999, #expired)))
+    end
   end
+  -- Scopes leave their level (by old size: `leaving`); those that keep rows join the
+  -- level of their new size (`joining`, with the age of their new oldest row) and are
+  -- re-counted in P scopes (`recount`); the others are deleted (`gone`).
+  local kinds, gone, gone_keys, leaving, joining, recount = {}, {}, {}, {}, {}, {}
+  local function add_to(groups, size, ...)
+    local group = groups[size]
+    if group == nil then
+      group = {}
+      groups[size] = group
+    end
+    for _, value in ipairs({...}) do group[#group + 1] = value end
+  end
+  for _, scope in ipairs(order) do
+    local keys = by_scope[scope]
+    local count = count_of(scope)
+    local kind = kind_of(scope)
+    kinds[kind] = (kinds[kind] or 0) + #keys
+    -- (One-row scopes leave P l:1 by one range delete, below.)
+    if count > 1 then add_to(leaving, count, scope) end
+    local rk = rows_key(scope)
+    if #keys >= count then
+      gone[#gone + 1] = scope
+      gone_keys[#gone_keys + 1] = rk
+    else
+      for i = 1, #keys, 1000 do
+        redis.call('ZREM', rk, unpack(keys, i, math.min(i + 999, #keys)))
+      end
+      local first = redis.call('ZRANGE', rk, 0, 0, 'WITHSCORES')
+      add_to(joining, count - #keys, first[2], scope)
+      recount[#recount + 1] = count - #keys
+      recount[#recount + 1] = scope
+    end
+  end
+  for i = 1, #gone, 1000 do
+    local j = math.min(i + 999, #gone)
+    redis.call('DEL', unpack(gone_keys, i, j))
+    redis.call('ZREM', SCOPES, unpack(gone, i, j))
+  end
+  -- One-row scopes that expired are the front of P l:1, up to the newest expired row
+  -- (before any scope below joins P l:1: those hold only rows newer than that).
+  if cut then redis.call('ZREMRANGEBYSCORE', level_key(1), '-inf', cut) end
+  for size, level in pairs(leaving) do
+    for i = 1, #level, 1000 do
+      redis.call('ZREM', level_key(size), unpack(level, i, math.min(i + 999, #level)))
+    end
+  end
+  for size, level in pairs(joining) do
+    for i = 1, #level, 1000 do
+      redis.call('ZADD', level_key(size), unpack(level, i, math.min(i + 999, #level)))
+    end
+  end
+  -- One-row scopes are kept in P scopes too (count 1), like every scope.
+  for i = 1, #recount, 1000 do
+    redis.call('ZADD', SCOPES, unpack(recount, i, math.min(i + 999, #recount)))
+  end
+  for kind, n in pairs(kinds) do redis.call('HINCRBY', KINDS, kind, -n) end
+  removed = #expired
 end
 return {removed, in_flight_removed, more}
