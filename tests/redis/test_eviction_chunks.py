@@ -14,7 +14,13 @@ from mcp_cancellation.storage.base import Limits
 
 from ..registry._model import Model
 from ..support import RedisServer
-from .conftest import ObservedRedisStorage, calls_between, command_calls, settled
+from .conftest import (
+    ObservedRedisStorage,
+    assert_layout_in_step,
+    calls_between,
+    command_calls,
+    settled,
+)
 
 SCOPES = ["ip:a", "ip:b", "ip:c", "principal:d", "session:e", "ip:f"]
 
@@ -75,6 +81,7 @@ async def test_a_chunked_batch_evicts_what_one_script_would(
             assert result.outcome == "recorded", name
             assert list(result.evicted) == expected, name
             assert (await storage.stats()).rows == model.counts(), name
+            await assert_layout_in_step(raw, storage)
             scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
             assert scripts == (1 if name == "one script" else math.ceil(batch / chunk)), name
     finally:

@@ -5,54 +5,15 @@ part lose their oldest rows and are re-filed."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from redis.asyncio import Redis
 
-from mcp_cancellation.scope import scope_kind
 from mcp_cancellation.storage.base import Limits
-from mcp_cancellation.storage.redis import RedisStorage
 
 from ..support import async_wait_until
-from .conftest import MakeStorage
+from .conftest import MakeStorage, assert_layout_in_step
 
 UNBOUNDED = Limits(max_rows=None, max_rows_per_scope=None)
-
-
-async def assert_layout_in_step(raw: Any, storage: RedisStorage) -> dict[str, int]:
-    """Check every index of the table against its rows (``P s:<scope>``); the row count
-    of each scope. (*raw* is a ``redis.asyncio.Redis``, typed loosely: its replies are.)"""
-    p = storage.key("")
-    rows: dict[str, list[tuple[bytes, float]]] = {}
-    async for name in raw.scan_iter(match=p + b"s:*"):
-        scope = name[len(p) + 2 :].decode()
-        rows[scope] = await raw.zrange(name, 0, -1, withscores=True)
-    counts = {scope: len(r) for scope, r in rows.items()}
-    assert all(counts.values()), "an empty scope key was left behind"
-    scopes = {
-        s.decode(): int(n) for s, n in await raw.zrange(p + b"scopes", 0, -1, withscores=True)
-    }
-    assert scopes == counts
-    levels: dict[int, dict[str, float]] = {}
-    async for name in raw.scan_iter(match=p + b"l:*"):
-        size = int(name[len(p) + 2 :])
-        levels[size] = {s.decode(): a for s, a in await raw.zrange(name, 0, -1, withscores=True)}
-    expected_levels: dict[int, dict[str, float]] = {}
-    for scope, r in rows.items():
-        expected_levels.setdefault(len(r), {})[scope] = min(age for _, age in r)
-    assert levels == expected_levels
-    members = {f"{len(s.encode())}:{s}".encode() + key for s, r in rows.items() for key, _ in r}
-    ages = await raw.zrange(p + b"ages", 0, -1)
-    assert set(ages) == members
-    assert len(ages) == len(members)
-    assert set(await raw.hkeys(p + b"reasons")) == members
-    kinds: dict[str, int] = {}
-    for scope, n in counts.items():
-        kinds[scope_kind(scope)] = kinds.get(scope_kind(scope), 0) + n
-    stored = {k.decode(): int(v) for k, v in (await raw.hgetall(p + b"kinds")).items()}
-    assert {k: v for k, v in stored.items() if k != "_v" and v} == kinds
-    return counts
 
 
 async def _server_now(raw: Redis) -> float:
