@@ -37,11 +37,16 @@ Ages are microseconds of the Redis server's clock (``TIME``), made strictly incr
 through ``P clock`` so rows keep their insertion order exactly as the memory storage does,
 whatever the workers' clocks say. Eviction picks the largest scope from ``P scopes``, then
 the scope of that size whose oldest row is oldest from ``P l:<n>``: each step costs
-O(log n) and touches only the rows it evicts, never a scan of every row. One call of
+O(log n) and touches only the rows it evicts, never a scan of every row. Scopes that go
+whole are deleted in bulk: those of the largest size come off the front of ``P l:<n>``
+(one read of each victim's rows, then one command per 1 000 deletes), and when only
+one-row scopes are left, their rows are the front of ``P ages`` itself. One call of
 ``ADD`` evicts at most a bounded number of rows (``RedisStorage(eviction_chunk=...)``); a
-larger batch is finished by further calls, so no script blocks Redis for long. A scrape
-(``SUMMARY``) reads the largest scopes the same way and the totals by kind from
-``P kinds``: O(k log n).
+larger batch is finished by further calls, so no script blocks Redis for long. The TTL
+sweep (``CLEANUP``) deletes the expired prefix of ``P ages`` in one command, scopes that
+expire whole in bulk, and re-files the others with grouped commands, ``cleanup_batch``
+rows per call. A scrape (``SUMMARY``) reads the largest scopes the same way and the totals
+by kind from ``P kinds``: O(k log n).
 
 Messages published on ``P c:<worker>`` are netstrings (``<len>:<bytes>`` concatenated):
 scope, key, encoded reason, then the ids of that worker's owners that track the request.
