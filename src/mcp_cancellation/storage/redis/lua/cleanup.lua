@@ -25,7 +25,8 @@ end
 if ARGV[3] ~= '' then
   -- The expired rows are the oldest of P ages (a prefix by rank): they go in one range
   -- delete. Scopes all of whose rows expired (a flood's one-row scopes, typically) are
-  -- deleted in bulk; the others lose their oldest rows and are re-filed one by one.
+  -- deleted in bulk; the others lose their oldest rows and are re-filed, with the level
+  -- and count updates of all of them grouped into bulk commands.
   local deadline = string.format('%.0f', now_us() - tonumber(ARGV[3]))
   local limit = tonumber(ARGV[4])
   local expired = redis.call('ZRANGEBYSCORE', AGES, '-inf', '(' .. deadline, 'LIMIT', 0, limit)
@@ -46,9 +47,7 @@ if ARGV[3] ~= '' then
     ensure_kinds()
     cut = redis.call('ZSCORE', AGES, expired[#expired])
     redis.call('ZREMRANGEBYRANK', AGES, 0, #expired - 1)
-    for i = 1, #expired, 1000 do
-      redis.call('HDEL', REASONS, unpack(expired, i, math.min(i + 999, #expired)))
-    end
+    bulk('HDEL', REASONS, expired)
   end
   -- Scopes leave their level (by old size: `leaving`); those that keep rows join the
   -- level of their new size (`joining`, with the age of their new oldest row) and are
@@ -74,38 +73,22 @@ if ARGV[3] ~= '' then
       gone[#gone + 1] = scope
       gone_keys[#gone_keys + 1] = rk
     else
-      for i = 1, #keys, 1000 do
-        redis.call('ZREM', rk, unpack(keys, i, math.min(i + 999, #keys)))
-      end
+      bulk('ZREM', rk, keys)
       local first = redis.call('ZRANGE', rk, 0, 0, 'WITHSCORES')
       add_to(joining, count - #keys, first[2], scope)
       recount[#recount + 1] = count - #keys
       recount[#recount + 1] = scope
     end
   end
-  for i = 1, #gone, 1000 do
-    local j = math.min(i + 999, #gone)
-    redis.call('DEL', unpack(gone_keys, i, j))
-    redis.call('ZREM', SCOPES, unpack(gone, i, j))
-  end
+  forget_scopes(gone, gone_keys)
   -- One-row scopes that expired are the front of P l:1, up to the newest expired row
   -- (before any scope below joins P l:1: those hold only rows newer than that).
   if cut then redis.call('ZREMRANGEBYSCORE', level_key(1), '-inf', cut) end
-  for size, level in pairs(leaving) do
-    for i = 1, #level, 1000 do
-      redis.call('ZREM', level_key(size), unpack(level, i, math.min(i + 999, #level)))
-    end
-  end
-  for size, level in pairs(joining) do
-    for i = 1, #level, 1000 do
-      redis.call('ZADD', level_key(size), unpack(level, i, math.min(i + 999, #level)))
-    end
-  end
-  -- One-row scopes are kept in P scopes too (count 1), like every scope.
-  for i = 1, #recount, 1000 do
-    redis.call('ZADD', SCOPES, unpack(recount, i, math.min(i + 999, #recount)))
-  end
-  for kind, n in pairs(kinds) do redis.call('HINCRBY', KINDS, kind, -n) end
+  for size, level in pairs(leaving) do bulk('ZREM', level_key(size), level) end
+  for size, level in pairs(joining) do bulk('ZADD', level_key(size), level) end
+  -- (One-row scopes are kept in P scopes too, count 1, like every scope.)
+  bulk('ZADD', SCOPES, recount)
+  uncount_kinds(kinds)
   removed = #expired
 end
 return {removed, in_flight_removed, more}

@@ -58,40 +58,53 @@ local function relevel(scope, old)
     redis.call('ZREM', SCOPES, scope)
   end
 end
+-- `command key item...` over `items`, 1000 items a call (`key` false: the items are the
+-- keys, as for DEL). Pairs (ZADD's score, member) stay whole: 1000 is even.
+local function bulk(command, key, items)
+  for i = 1, #items, 1000 do
+    local j = math.min(i + 999, #items)
+    if key then
+      redis.call(command, key, unpack(items, i, j))
+    else
+      redis.call(command, unpack(items, i, j))
+    end
+  end
+end
 -- Delete existing rows of one scope (the caller re-files the scope afterwards).
 local function drop_rows(scope, keys)
   if #keys > 0 then count_kind(scope, -#keys) end
   local members = {}
   for i, k in ipairs(keys) do members[i] = member(scope, k) end
-  for i = 1, #keys, 1000 do
-    local j = math.min(i + 999, #keys)
-    redis.call('ZREM', rows_key(scope), unpack(keys, i, j))
-    redis.call('ZREM', AGES, unpack(members, i, j))
-    redis.call('HDEL', REASONS, unpack(members, i, j))
-  end
+  bulk('ZREM', rows_key(scope), keys)
+  bulk('ZREM', AGES, members)
+  bulk('HDEL', REASONS, members)
 end
 -- A scope's evicted rows, as `evicted` lists them: netstrings of the scope and the count.
 local function evicted_count(n)
   local count = string.format('%d', n)
   return #count .. ':' .. count
 end
+-- Forget whole scopes: their row keys `keys` and their counts in P scopes (the caller
+-- takes them out of their levels, their rows out of P ages and P reasons).
+local function forget_scopes(scopes, keys)
+  bulk('DEL', false, keys)
+  bulk('ZREM', SCOPES, scopes)
+end
+-- Rows removed, by scope kind (`kinds`: kind -> rows), off P kinds.
+local function uncount_kinds(kinds)
+  for kind, count in pairs(kinds) do redis.call('HINCRBY', KINDS, kind, -count) end
+end
 -- Delete whole scopes at once: `victims` (all of one size, first in P l:<size>), the
 -- `members` of their rows and their row keys `keys`; `kinds` holds rows by scope kind.
--- One bulk command per 1000 items instead of a dozen commands per scope.
+-- One bulk command per 1000 items instead of a dozen commands per scope. (One-row
+-- victims' rows have left P ages already, by rank: see drop_single_rows.)
 local function drop_scopes(size, victims, members, keys, kinds)
   ensure_kinds()
-  for i = 1, #members, 1000 do
-    local j = math.min(i + 999, #members)
-    redis.call('HDEL', REASONS, unpack(members, i, j))
-    if size > 1 then redis.call('ZREM', AGES, unpack(members, i, j)) end
-  end
-  for i = 1, #victims, 1000 do
-    local j = math.min(i + 999, #victims)
-    redis.call('DEL', unpack(keys, i, j))
-    redis.call('ZREM', SCOPES, unpack(victims, i, j))
-  end
+  bulk('HDEL', REASONS, members)
+  if size > 1 then bulk('ZREM', AGES, members) end
+  forget_scopes(victims, keys)
   redis.call('ZREMRANGEBYRANK', level_key(size), 0, #victims - 1)
-  for kind, count in pairs(kinds) do redis.call('HINCRBY', KINDS, kind, -count) end
+  uncount_kinds(kinds)
 end
 -- Evict the oldest `limit` scopes when every scope holds exactly one row (an
 -- address-rotation flood), appending each scope's netstring to `singles`. Then P ages
@@ -121,7 +134,7 @@ end
 -- Evict whole scopes of `size` rows (the largest size there is), oldest first, as many
 -- as `limit` rows allow: one read of each victim's rows, the rest in bulk (many small
 -- scopes, such as a flood of a few cancellations per rotated address, would otherwise
--- cost a dozen commands per scope). Appends each victim to `evicted` (see evicted_entry);
+-- cost a dozen commands per scope). Appends each victim to `evicted` (see evicted_count);
 -- returns the rows evicted.
 local function drop_level(size, limit, evicted)
   local victims = redis.call('ZRANGE', level_key(size), 0, math.floor(limit / size) - 1)
