@@ -22,6 +22,7 @@ import itertools
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -281,42 +282,13 @@ async def _longest_script(client: Any) -> float:
     return float(max(e["duration"] for e in entries if e["command"].startswith(b"EVAL"))) / 1e6
 
 
-async def _evicting_insert(url: str, prefix: str, rows_per_scope: int) -> tuple[float, float]:
-    """Fill a table to FLOOD_CAP, then time the one insert that evicts a batch: from
-    scopes of *rows_per_scope* rows each, or (0, the baseline) the same number of rows
-    taken from one large scope. Returns the insert's time and its longest single script."""
+@contextlib.asynccontextmanager
+async def _flood_table(
+    url: str, prefix: str, rows_per_scope: int, limits: Limits
+) -> AsyncIterator[tuple[RedisStorage, int]]:
+    """A table filled by :func:`_fill_shape`, with SLOWLOG recording every command from
+    then on; the storage and the rows written. Flushed and closed afterwards."""
     storage = RedisStorage.from_url(url, prefix=prefix, max_connections=64)
-    limits = Limits(max_rows=FLOOD_CAP, max_rows_per_scope=None)
-    batch = limits.eviction_batch
-    client = storage.client
-    try:
-        await client.flushdb()
-        await _fill_shape(storage, rows_per_scope, limits)
-        await client.config_set("slowlog-log-slower-than", 0)
-        await client.config_set("slowlog-max-len", 10_000)
-        await client.slowlog_reset()
-        with quiet_gc():  # the fill left many objects: keep a collection out of the timing
-            started = time.perf_counter()
-            result = await storage.add("ip:203.0.113.1", "1", None, limits=limits)
-            elapsed = time.perf_counter() - started
-        longest = await _longest_script(client)
-        size = max(1, rows_per_scope)
-        assert sum(n for _, n in result.evicted) == batch, result.evicted[:3]
-        assert len(result.evicted) == (-(-batch // size) if rows_per_scope else 1)
-        return elapsed, longest
-    finally:
-        await client.config_set("slowlog-log-slower-than", 10_000)
-        await client.flushdb()
-        await storage.aclose()
-
-
-async def _expiring_sweep(url: str, prefix: str, rows_per_scope: int) -> tuple[float, float]:
-    """Fill a table with FLOOD_CAP rows in scopes of *rows_per_scope* rows each (FLOOD_CAP:
-    one scope, the baseline), without a cap, then time the janitor's pass that finds every
-    row expired (the flood's rows, a TTL later). Returns the pass's time per row and its
-    longest single script."""
-    storage = RedisStorage.from_url(url, prefix=prefix, max_connections=64)
-    limits = Limits(max_rows=None, max_rows_per_scope=None)
     client = storage.client
     try:
         await client.flushdb()
@@ -324,17 +296,61 @@ async def _expiring_sweep(url: str, prefix: str, rows_per_scope: int) -> tuple[f
         await client.config_set("slowlog-log-slower-than", 0)
         await client.config_set("slowlog-max-len", 10_000)
         await client.slowlog_reset()
-        with quiet_gc():
-            started = time.perf_counter()
-            removed, _ = await storage.cleanup(0.0, [])
-            elapsed = time.perf_counter() - started
-        longest = await _longest_script(client)
-        assert removed == filled, (removed, filled)
-        return elapsed / removed, longest
+        yield storage, filled
     finally:
         await client.config_set("slowlog-log-slower-than", 10_000)
         await client.flushdb()
         await storage.aclose()
+
+
+async def _evicting_insert(url: str, prefix: str, rows_per_scope: int) -> tuple[float, float]:
+    """Fill a table to FLOOD_CAP, then time the one insert that evicts a batch: from
+    scopes of *rows_per_scope* rows each, or (0, the baseline) the same number of rows
+    taken from one large scope. Returns the insert's time and its longest single script."""
+    limits = Limits(max_rows=FLOOD_CAP, max_rows_per_scope=None)
+    batch = limits.eviction_batch
+    async with _flood_table(url, prefix, rows_per_scope, limits) as (storage, _):
+        with quiet_gc():  # the fill left many objects: keep a collection out of the timing
+            started = time.perf_counter()
+            result = await storage.add("ip:203.0.113.1", "1", None, limits=limits)
+            elapsed = time.perf_counter() - started
+        longest = await _longest_script(storage.client)
+    size = max(1, rows_per_scope)
+    assert sum(n for _, n in result.evicted) == batch, result.evicted[:3]
+    assert len(result.evicted) == (-(-batch // size) if rows_per_scope else 1)
+    return elapsed, longest
+
+
+async def _expiring_sweep(url: str, prefix: str, rows_per_scope: int) -> tuple[float, float]:
+    """Fill a table with FLOOD_CAP rows in scopes of *rows_per_scope* rows each (FLOOD_CAP:
+    one scope, the baseline), without a cap, then time the janitor's pass that finds every
+    row expired (the flood's rows, a TTL later). Returns the pass's time per row and its
+    longest single script."""
+    limits = Limits(max_rows=None, max_rows_per_scope=None)
+    async with _flood_table(url, prefix, rows_per_scope, limits) as (storage, filled):
+        with quiet_gc():
+            started = time.perf_counter()
+            removed, _ = await storage.cleanup(0.0, [])
+            elapsed = time.perf_counter() - started
+        longest = await _longest_script(storage.client)
+    assert removed == filled, (removed, filled)
+    return elapsed / removed, longest
+
+
+def _time_shapes(
+    measure: Callable[[str, str, int], Coroutine[Any, Any, tuple[float, float]]],
+    url: str,
+    name: str,
+    shapes: tuple[int, ...],
+) -> tuple[dict[int, float], float]:
+    """*measure* for each shape, ROUNDS times: the best time of each shape, and the
+    longest single script of all the runs."""
+    runs = {
+        shape: [asyncio.run(measure(url, f"{name}{shape}", shape)) for _ in range(ROUNDS)]
+        for shape in shapes
+    }
+    best = {shape: min(t for t, _ in shape_runs) for shape, shape_runs in runs.items()}
+    return best, max(s for shape_runs in runs.values() for _, s in shape_runs)
 
 
 def _shape_label(shape: int, rows: int) -> str:
@@ -344,15 +360,11 @@ def _shape_label(shape: int, rows: int) -> str:
 def bench_small_scope_victims(url: str) -> dict[str, float]:
     batch = FLOOD_CAP // 20
     print(f"3. one evicting insert at cap {FLOOD_CAP}: {batch} rows from many small scopes")
-    runs = {
-        shape: [asyncio.run(_evicting_insert(url, f"flood{shape}", shape)) for _ in range(ROUNDS)]
-        for shape in (0, *FLOOD_SHAPES)
-    }
-    one = min(t for t, _ in runs[0])
+    best, longest = _time_shapes(_evicting_insert, url, "flood", (0, *FLOOD_SHAPES))
+    one = best[0]
     figures = {"one_scope_evict_ms": one * 1e3}
-    longest = max(s for shape_runs in runs.values() for _, s in shape_runs)
     for shape in FLOOD_SHAPES:
-        flood = min(t for t, _ in runs[shape])
+        flood = best[shape]
         label = _shape_label(shape, batch)
         ratio = report(f"{label} vs the same rows from one scope", flood, one)
         check(f"{label} cost at most 3x one scope's rows", ratio <= 3)
@@ -367,18 +379,14 @@ def bench_expiry(url: str) -> dict[str, float]:
     print(
         f"4. a janitor pass that finds {FLOOD_CAP} rows expired, from many small scopes (per row)"
     )
-    runs = {
-        shape: [asyncio.run(_expiring_sweep(url, f"expiry{shape}", shape)) for _ in range(ROUNDS)]
-        for shape in (FLOOD_CAP, *FLOOD_SHAPES)
-    }
-    one = min(t for t, _ in runs[FLOOD_CAP])
+    best, longest = _time_shapes(_expiring_sweep, url, "expiry", (FLOOD_CAP, *FLOOD_SHAPES))
+    one = best[FLOOD_CAP]
     figures = {"one_scope_expiry_us": one * 1e6}
-    longest = max(s for shape_runs in runs.values() for _, s in shape_runs)
     for shape in FLOOD_SHAPES:
         # No goal on the ratio: a scope that loses its oldest row is re-filed (three
         # sorted-set updates), which a row of one large scope mostly is not. The goal is
         # that the sweep never holds Redis for long.
-        flood = min(t for t, _ in runs[shape])
+        flood = best[shape]
         label = _shape_label(shape, FLOOD_CAP)
         report(f"{label} vs the same rows in one scope", flood, one, unit="us")
         figures[f"flood{shape}_expiry_us"] = flood * 1e6
