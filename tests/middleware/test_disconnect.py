@@ -135,3 +135,37 @@ async def test_finished_response_is_not_a_disconnect(serve: Serve, http: httpx.A
         assert "hi" in response.text
     await harness.wait_empty()
     assert harness.cancellations == []
+
+
+async def test_many_json_calls_each_see_their_own_disconnect(
+    serve: Serve, http: httpx.AsyncClient
+) -> None:
+    """In JSON mode the SDK never reads again: the middleware starts a watcher for each
+    call that runs long. Calls started at different times, with short calls ending in
+    between, and hung up in another order, are each seen once; no call that ended is
+    taken for a disconnect."""
+    harness = serve("sdk", json_response=True)
+    ids = [f"long-{n}" for n in range(5)]
+    scopes = {request_id: anyio.CancelScope() for request_id in ids}
+
+    async def call(request_id: str) -> None:
+        body, headers = versioned_call(HANDSHAKE, request_id, "poll", {"seconds": 30})
+        with scopes[request_id]:
+            async with http.stream("POST", harness.url, json=body, headers=headers) as response:
+                async for _ in response.aiter_bytes():
+                    pass
+
+    async with anyio.create_task_group() as tg:
+        for n, request_id in enumerate(ids):
+            tg.start_soon(call, request_id)
+            await harness.wait_started(n + 1)
+            body, headers = versioned_call(HANDSHAKE, f"short-{n}", "echo", {"text": "x"})
+            assert (await http.post(harness.url, json=body, headers=headers)).status_code == 200
+        for n, request_id in enumerate(reversed(ids)):
+            scopes[request_id].cancel()  # httpx closes this call's connection only
+            await async_wait_until(lambda n=n: len(harness.cancellations) >= n + 1, within=10)
+            assert harness.cancellations[-1]["request_id"] == request_id
+            assert await harness.wait_outcome(request_id, "cancelled") == "cancelled"
+    assert [c["request_id"] for c in harness.cancellations] == list(reversed(ids))
+    assert all(c["method"] == "disconnect" for c in harness.cancellations)
+    await harness.wait_empty()

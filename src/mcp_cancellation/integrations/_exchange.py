@@ -12,10 +12,11 @@ from .. import signals
 from .._asgi import ASGIApp, Message, Receive, Scope, Send
 from ..errors import REQUEST_CANCELLED
 from ..scope import scope_kind
-from ..token import Outcome, RequestToken
+from ..token import Outcome
 
 if TYPE_CHECKING:
     from ..registry import CancellationRegistry
+    from ..request_context import RequestContext
 
 
 class Host(Protocol):
@@ -24,9 +25,10 @@ class Host(Protocol):
     app: ASGIApp
     registry: CancellationRegistry
     stream_cancel_timeout: float | None
+    watchlists: Watchlists
 
 
-__all__ = ["DISCONNECT_REASON", "Exchange", "Host", "replay"]
+__all__ = ["DISCONNECT_REASON", "Exchange", "Host", "Watchlists", "replay"]
 
 logger = logging.getLogger("mcp_cancellation.asgi")
 
@@ -38,8 +40,11 @@ _CANCELLED_CODE = str(REQUEST_CANCELLED).encode()
 _RESULT = b'"result"'
 #: Seconds before a tracked request the app itself does not watch gets a disconnect
 #: watcher (a task): shorter calls never pay for one. In JSON-response mode a disconnect
-#: is noticed at most this much later.
+#: is noticed at most this much (plus ``WATCH_TICK``) later.
 WATCH_DELAY = 0.25
+#: The watch timer's granularity: requests that come due within this many seconds of
+#: each other get their watchers from one run of the timer.
+WATCH_TICK = 0.025
 
 
 def replay(body: bytes, trailing: Message | None, receive: Receive) -> Receive:
@@ -57,6 +62,68 @@ def replay(body: bytes, trailing: Message | None, receive: Receive) -> Receive:
     return replay
 
 
+class Watchlist:
+    """The exchanges of one event loop that nobody watches yet, in start order, and the one
+    timer that starts a watcher for each once it has run :data:`WATCH_DELAY` seconds.
+
+    One timer per loop instead of one per request: a ``TimerHandle`` per request (made,
+    pushed on the loop's heap, cancelled, popped) was the largest single part of the
+    middleware's CPU per call. A request costs a dict insert and delete here instead.
+    """
+
+    __slots__ = ("loop", "pending", "timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pending: dict[Exchange, float] = {}  # insertion order is start order
+        self.timer: asyncio.TimerHandle | None = None
+
+    def add(self, exchange: Exchange) -> None:
+        loop = self.loop
+        now = loop.time()
+        self.pending[exchange] = now
+        if self.timer is None:
+            self.timer = loop.call_at(now + WATCH_DELAY, self._tick)
+
+    def discard(self, exchange: Exchange) -> None:
+        self.pending.pop(exchange, None)
+
+    def _tick(self) -> None:
+        """Start the watchers that are due; re-arm for the oldest one left, if any."""
+        self.timer = None
+        pending = self.pending
+        now = self.loop.time()
+        due = now - WATCH_DELAY
+        while pending:
+            exchange = next(iter(pending))
+            started = pending[exchange]
+            if started > due:
+                when = max(started + WATCH_DELAY, now + WATCH_TICK)
+                self.timer = self.loop.call_at(when, self._tick)
+                return
+            del pending[exchange]
+            try:
+                exchange.start_watcher()
+            except Exception:  # one exchange must not stop the others being watched
+                logger.exception("starting a disconnect watcher failed")
+
+
+class Watchlists:
+    """A middleware's :class:`Watchlist`, one per event loop serving it (in practice one:
+    the latest loop's is kept, and a replaced one runs on until its requests end)."""
+
+    __slots__ = ("_current",)
+
+    def __init__(self) -> None:
+        self._current: Watchlist | None = None
+
+    def for_loop(self, loop: asyncio.AbstractEventLoop) -> Watchlist:
+        current = self._current
+        if current is None or current.loop is not loop:
+            current = self._current = Watchlist(loop)
+        return current
+
+
 class Exchange:
     """One tracked request: the inner app, disconnect detection, and the kill timer.
 
@@ -64,9 +131,9 @@ class Exchange:
 
     * the inner app itself, when it asks for the next message (the SDK does in SSE mode, to
       notice a disconnect): its read is the watch, so it costs no extra task;
-    * otherwise a watcher task, started only once the call has run ``WATCH_DELAY``
-      seconds (the SDK's JSON mode never reads again): most calls end sooner and pay
-      nothing.
+    * otherwise a watcher task, started by the loop's :class:`Watchlist` only once the call
+      has run ``WATCH_DELAY`` seconds (the SDK's JSON mode never reads again): most calls
+      end sooner and pay nothing.
 
     Whoever sees ``http.disconnect`` before the response ended records the cancellation
     (and flips the token) before anyone is told; a timer then cancels the request's task
@@ -78,7 +145,9 @@ class Exchange:
         "app_reading",
         "body",
         "caller",
-        "disconnected",
+        "context",
+        "gone",
+        "gone_event",
         "killed",
         "killer",
         "middleware",
@@ -88,9 +157,9 @@ class Exchange:
         "scope",
         "send",
         "task",
-        "timer",
         "token",
         "watcher",
+        "watchlist",
     )
 
     def __init__(
@@ -100,49 +169,58 @@ class Exchange:
         receive: Receive,
         send: Send,
         body: bytes,
-        token: RequestToken,
-        caller: str,
+        context: RequestContext,
     ) -> None:
         self.middleware = middleware
         self.scope = scope
         self.receive = receive
         self.send = send
         self.body = body
-        self.token = token
-        self.caller = caller
+        self.context = context
+        self.token = context.token
+        self.caller = context.token.scope
         self.replayed = False
         self.answer = ""  # "cancelled" (-32800) or "result", once cancelled
         self.response_done = False
         self.app_reading = False
         self.killed = False
-        self.disconnected = asyncio.Event()
+        self.gone = False  # the client disconnected before the response ended
+        self.gone_event: asyncio.Event | None = None  # made only for a second reader
         self.task: asyncio.Task[Any] | None = None
         self.watcher: asyncio.Task[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
+        self.watchlist: Watchlist | None = None
         self.killer: asyncio.TimerHandle | None = None
 
     async def run(self) -> None:
-        try:
-            self.task = asyncio.current_task()
-        except RuntimeError:  # not asyncio (trio): track only, the app owns receive
-            await self.middleware.app(self.scope, replay(self.body, None, self.receive), self.send)
-            return
-        self.timer = asyncio.get_running_loop().call_later(WATCH_DELAY, self._start_watcher)
-        try:
-            await self.middleware.app(self.scope, self._receive, self._send)
-        except asyncio.CancelledError:
-            task = self.task
-            if not self.killed or task is None or task.uncancel() > 0:
-                raise
-        finally:
-            self.response_done = True  # nothing after this is a cancellation
-            self.timer.cancel()
-            if self.killer is not None:
-                self.killer.cancel()
-            if self.watcher is not None:
-                self.watcher.cancel()
-            if self.token.cancelled:
-                self._log_end()
+        """Serve the request inside its registry block (tracked, and the current request
+        for ``cancelled()``), watching for its client to leave."""
+        async with self.context:
+            try:
+                self.task = asyncio.current_task()
+            except RuntimeError:  # not asyncio (trio): track only, the app owns receive
+                await self.middleware.app(
+                    self.scope, replay(self.body, None, self.receive), self.send
+                )
+                return
+            self.watchlist = watchlist = self.middleware.watchlists.for_loop(
+                asyncio.get_running_loop()
+            )
+            watchlist.add(self)
+            try:
+                await self.middleware.app(self.scope, self._receive, self._send)
+            except asyncio.CancelledError:
+                task = self.task
+                if not self.killed or task is None or task.uncancel() > 0:
+                    raise
+            finally:
+                self.response_done = True  # nothing after this is a cancellation
+                watchlist.discard(self)
+                if self.killer is not None:
+                    self.killer.cancel()
+                if self.watcher is not None:
+                    self.watcher.cancel()
+                if self.token.cancelled:
+                    self._log_end()
 
     def _log_end(self) -> None:
         """The one log line of a cancelled request: who, why, and how its work ended;
@@ -170,7 +248,8 @@ class Exchange:
             after,
         )
 
-    def _start_watcher(self) -> None:
+    def start_watcher(self) -> None:
+        """Watch for a disconnect in a task of its own, unless someone already does."""
         if self.watcher is None and not self.app_reading and not self.response_done:
             self.watcher = asyncio.get_running_loop().create_task(self._watch())
 
@@ -181,17 +260,20 @@ class Exchange:
         if self.watcher is None and not self.app_reading:
             # The app reads the real receive itself: its read is the watch.
             self.app_reading = True
-            if self.timer is not None:
-                self.timer.cancel()
+            if self.watchlist is not None:
+                self.watchlist.discard(self)
             try:
                 await self._next_disconnect()
             except asyncio.CancelledError:
                 self.app_reading = False
-                self._start_watcher()  # the app stopped listening: keep watching
+                self.start_watcher()  # the app stopped listening: keep watching
                 raise
             await self._on_disconnect()
             return dict(_DISCONNECT)
-        await self.disconnected.wait()
+        if not self.gone:
+            if self.gone_event is None:
+                self.gone_event = asyncio.Event()
+            await self.gone_event.wait()
         return dict(_DISCONNECT)
 
     async def _send(self, message: Message) -> None:
@@ -208,10 +290,15 @@ class Exchange:
         try:
             await self.send(message)
         except Exception:
-            if not self.disconnected.is_set():
-                self.disconnected.set()
+            if not self.gone:
+                self._set_gone()
                 self.token.set_cancelled(DISCONNECT_REASON)
             raise
+
+    def _set_gone(self) -> None:
+        self.gone = True
+        if self.gone_event is not None:
+            self.gone_event.set()
 
     async def _next_disconnect(self) -> None:
         while True:
@@ -230,9 +317,9 @@ class Exchange:
 
     async def _on_disconnect(self) -> None:
         """The client is gone: flip the token, report the cancellation, arm the kill timer."""
-        if self.response_done or self.disconnected.is_set():
+        if self.response_done or self.gone:
             return  # the response had ended: not a cancellation
-        self.disconnected.set()
+        self._set_gone()
         # Flip this request's own token, and write no row: a row is keyed (scope, id), so
         # it would also cancel every other request of the scope using the same id (another
         # client behind the same address, a retry) though only this one's client left.

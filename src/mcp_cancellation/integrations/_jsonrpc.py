@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Final, Literal
 
 from .._asgi import Send, send_response
+
+try:
+    # The SDK's own parser (its transport reads a POST with ``pydantic_core.from_json``):
+    # the middleware then sees exactly the message the SDK will, and it is the faster of
+    # the two. The middleware itself does not need the SDK, hence the fallback.
+    from pydantic_core import from_json as _parse_json
+except ImportError:  # pragma: no cover - pydantic comes with every MCP SDK
+    from json import loads as _parse_json  # type: ignore[assignment]
 
 __all__ = [
     "CANCELLED_METHOD",
@@ -19,6 +26,7 @@ __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "QUOTA_ERROR",
+    "OTHER",
     "Message",
     "classify",
     "is_handshake_version",
@@ -49,22 +57,38 @@ def _handshake_versions() -> frozenset[str]:
 HANDSHAKE_PROTOCOL_VERSIONS: Final[frozenset[str]] = _handshake_versions()
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
     """What the middleware needs to know about one POST body.
 
     ``kind`` is ``"request"`` (a method call with an id, other than ``initialize``),
     ``"cancel"`` (a ``notifications/cancelled``), or ``"other"`` (anything else: passed
-    through untouched, including everything the SDK will reject).
+    through untouched, including everything the SDK will reject). Read-only by
+    convention (a plain slotted class: one is made per POST).
     """
 
-    kind: Literal["request", "cancel", "other"]
-    request_id: object = None
-    params: object = None
-    method: str | None = None
+    __slots__ = ("kind", "method", "params", "request_id")
+
+    def __init__(
+        self,
+        kind: Literal["request", "cancel", "other"],
+        request_id: object = None,
+        params: object = None,
+        method: str | None = None,
+    ) -> None:
+        self.kind = kind
+        self.request_id = request_id
+        self.params = params
+        self.method = method
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(kind={self.kind!r}, request_id={self.request_id!r}, "
+            f"params={self.params!r}, method={self.method!r})"
+        )
 
 
-_OTHER: Final = Message("other")
+#: Everything the middleware passes through untouched.
+OTHER: Final = Message("other")
 
 
 #: The method whose ``params.name`` is the tool a request calls.
@@ -74,24 +98,24 @@ TOOLS_CALL_METHOD = "tools/call"
 def classify(body: bytes) -> Message:
     """Classify a POST body; never raises."""
     if not body or body.lstrip()[:1] != b"{":  # not an object: a batch, garbage, empty
-        return _OTHER
+        return OTHER
     try:
-        decoded = json.loads(body)
-    except (ValueError, RecursionError):  # bad JSON, huge int literals, deep nesting
-        return _OTHER
+        decoded = _parse_json(body)
+    except (ValueError, RecursionError):  # bad JSON, invalid UTF-8, deep nesting
+        return OTHER
     if not isinstance(decoded, dict):
-        return _OTHER
+        return OTHER
     method = decoded.get("method")
     if not isinstance(method, str):
-        return _OTHER  # a response, or a malformed envelope
+        return OTHER  # a response, or a malformed envelope
     if "id" in decoded:
         if method == "initialize":
-            return _OTHER
+            return OTHER
         params = decoded.get("params") if method == TOOLS_CALL_METHOD else None
         return Message("request", decoded["id"], params, method)
     if method == CANCELLED_METHOD:
         return Message("cancel", None, decoded.get("params"), method)
-    return _OTHER
+    return OTHER
 
 
 def is_handshake_version(version: str | None) -> bool:

@@ -42,6 +42,7 @@ from ..errors import (
     StorageUnavailable,
 )
 from ..registry import CancellationRegistry
+from ..request_context import RequestContext
 from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of
 from ..token import OTHER_TOOL
 
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
         TransportSecuritySettings,
     )
 from . import _jsonrpc
-from ._exchange import DISCONNECT_REASON, Exchange, replay
+from ._exchange import DISCONNECT_REASON, Exchange, Watchlists, replay
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -163,6 +164,7 @@ class CancellationMiddleware:
 
             self._security = TransportSecurityMiddleware(transport_security)
         self._janitor_checked = False
+        self.watchlists = Watchlists()  # starts the disconnect watchers of long requests
 
     def __repr__(self) -> str:
         return f"<CancellationMiddleware path={self.path!r} registry={self.registry!r}>"
@@ -193,11 +195,11 @@ class CancellationMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            if scope.get("method") == "POST" and (
-                self._on_path(scope.get("path")) or self._on_path(_route_path(scope))
-            ):
-                await self._post(scope, receive, send)
-                return
+            if scope.get("method") == "POST":
+                path = scope.get("path")
+                if path == self.path or self._on_path(path) or self._on_path(_route_path(scope)):
+                    await self._post(scope, receive, send)
+                    return
         elif kind == "lifespan":
             await self._lifespan(scope, receive, send)
             return
@@ -262,35 +264,54 @@ class CancellationMiddleware:
             self._janitor_checked = True
             self.registry.start_janitor()
 
-        declared = header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-            await self._too_large(send)
-            return
-
-        # Read the whole body (the SDK does the same before parsing it).
-        chunks: list[bytes] = []
-        size = 0
+        # Read the whole body (the SDK does the same before parsing it). The common case,
+        # a body in one message, is one read and no copy.
+        message = await receive()
         trailing: Message | None = None
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                trailing = message  # the client left before the body ended
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body: bytes = message.get("body", b"")
+            if len(body) > self.max_body_bytes:
                 await self._too_large(send)
                 return
-            if chunk:
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        else:
+            declared = header(scope, b"content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+                await self._too_large(send)
+                return
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                if message["type"] != "http.request":
+                    trailing = message  # the client left before the body ended
+                    break
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_body_bytes:
+                    await self._too_large(send)
+                    return
+                if chunk:
+                    chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+                message = await receive()
+            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-        parsed = _jsonrpc.Message("other") if trailing is not None else _jsonrpc.classify(body)
-        if parsed.kind == "request":
-            await self._request(scope, receive, send, body, parsed)
-        elif parsed.kind == "cancel" and _jsonrpc.is_handshake_version(
+        parsed = _jsonrpc.OTHER if trailing is not None else _jsonrpc.classify(body)
+        kind = parsed.kind
+        if kind == "request":
+            if (
+                parsed.method == _jsonrpc.TOOLS_CALL_METHOD
+                and self._tool_source is not None
+                and time.monotonic() - self._tools_read_at > TOOLS_REFRESH_SECONDS
+            ):
+                await self._read_tools()
+            context = self._track(scope, parsed)
+            if context is None:
+                # Not an id the SDK accepts either: let it answer the error.
+                await self.app(scope, replay(body, None, receive), send)
+            else:
+                await Exchange(self, scope, receive, send, body, context).run()
+        elif kind == "cancel" and _jsonrpc.is_handshake_version(
             header(scope, b"mcp-protocol-version")
         ):
             await self._cancel(scope, receive, send, body, parsed)
@@ -358,26 +379,16 @@ class CancellationMiddleware:
 
     # -- tracked requests ----------------------------------------------------------------
 
-    async def _request(
-        self, scope: Scope, receive: Receive, send: Send, body: bytes, parsed: _jsonrpc.Message
-    ) -> None:
-        caller = self.caller_scope(scope)
+    def _track(self, scope: Scope, parsed: _jsonrpc.Message) -> RequestContext | None:
+        """The registry block that tracks a request under its caller's scope, or ``None``
+        for an id the registry refuses."""
         tool = None
         if parsed.method == _jsonrpc.TOOLS_CALL_METHOD:
-            if (
-                self._tool_source is not None
-                and time.monotonic() - self._tools_read_at > TOOLS_REFRESH_SECONDS
-            ):
-                await self._read_tools()
             tool = self._tool_label(parsed.params)
         try:
-            context = self.registry.request(parsed.request_id, caller, tool=tool)
+            return self.registry.request(parsed.request_id, self.caller_scope(scope), tool=tool)
         except InvalidRequestId:
-            # Not an id the SDK accepts either: let it answer the error.
-            await self.app(scope, replay(body, None, receive), send)
-            return
-        async with context as token:
-            await Exchange(self, scope, receive, send, body, token, caller).run()
+            return None
 
     def _tool_label(self, params: object) -> str:
         """The ``tool`` label of a ``tools/call``: its name if the server registered it,
