@@ -196,15 +196,14 @@ class Exchange:
         for ``cancelled()``), watching for its client to leave."""
         async with self.context:
             try:
-                self.task = asyncio.current_task()
+                loop = asyncio.get_running_loop()
             except RuntimeError:  # not asyncio (trio): track only, the app owns receive
                 await self.middleware.app(
                     self.scope, replay(self.body, None, self.receive), self.send
                 )
                 return
-            self.watchlist = watchlist = self.middleware.watchlists.for_loop(
-                asyncio.get_running_loop()
-            )
+            self.task = asyncio.current_task(loop)  # one running-loop lookup, not two
+            self.watchlist = watchlist = self.middleware.watchlists.for_loop(loop)
             watchlist.add(self)
             try:
                 await self.middleware.app(self.scope, self._receive, self._send)
