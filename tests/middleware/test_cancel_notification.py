@@ -3,6 +3,7 @@ same caller, and nobody else's notification touches it."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
@@ -50,6 +51,36 @@ async def test_second_connection_cancels_and_client_gets_32800(
     assert harness.log.last(request_id) == "cancelled"  # stopped by polling, not completed
     assert [c["method"] for c in harness.cancellations] == ["notifications/cancelled"]
     assert harness.cancellations[0]["scope"] == "ip:127.0.0.1"
+    await harness.wait_empty()
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16", "utf-32-le", "utf-8-sig"])
+async def test_a_cancel_the_sdk_cannot_parse_cancels_nothing(
+    serve: Serve, http: httpx.AsyncClient, encoding: str
+) -> None:
+    """The middleware reads a body with the SDK's own parser: a notification the SDK
+    refuses as a parse error (here, valid JSON in an encoding other than plain UTF-8,
+    which Python's ``json.loads`` would accept) must not cancel anything."""
+    harness = serve("sdk", json_response=True)
+    answers: list[httpx.Response] = []
+
+    async def call() -> None:
+        answers.append(
+            await http.post(
+                harness.url, json=call_body("job", "poll", {"seconds": 1}), headers=SSE_AND_JSON
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await harness.wait_started()
+        body = json.dumps(cancel_body("job")).encode(encoding)
+        refused = await http.post(harness.url, content=body, headers=SSE_AND_JSON)
+        assert refused.status_code == 400, refused.text  # the SDK's own parse error
+        assert refused.json()["error"]["code"] == -32700
+    assert harness.cancellations == []
+    assert "result" in final_message(answers[0])
+    assert harness.log.last("job") == "completed"
     await harness.wait_empty()
 
 
