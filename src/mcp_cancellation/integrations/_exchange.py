@@ -28,7 +28,7 @@ class Host(Protocol):
     watchlists: Watchlists
 
 
-__all__ = ["DISCONNECT_REASON", "Exchange", "Host", "Watchlists", "replay"]
+__all__ = ["DISCONNECT_REASON", "Exchange", "Host", "Watched", "Watchlist", "Watchlists", "replay"]
 
 logger = logging.getLogger("mcp_cancellation.asgi")
 
@@ -62,6 +62,12 @@ def replay(body: bytes, trailing: Message | None, receive: Receive) -> Receive:
     return replay
 
 
+class Watched(Protocol):
+    """What a :class:`Watchlist` holds: a call that can start its own disconnect watcher."""
+
+    def start_watcher(self) -> None: ...
+
+
 class Watchlist:
     """The exchanges of one event loop that nobody watches yet, in start order, and the one
     timer that starts a watcher for each once it has run :data:`WATCH_DELAY` seconds.
@@ -75,32 +81,37 @@ class Watchlist:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.pending: dict[Exchange, float] = {}  # insertion order is start order
+        self.pending: dict[Watched, float] = {}  # insertion order is start order
         self.timer: asyncio.TimerHandle | None = None
 
-    def add(self, exchange: Exchange) -> None:
+    def add(self, exchange: Watched) -> None:
         loop = self.loop
         now = loop.time()
         self.pending[exchange] = now
         if self.timer is None:
             self.timer = loop.call_at(now + WATCH_DELAY, self._tick)
 
-    def discard(self, exchange: Exchange) -> None:
+    def discard(self, exchange: Watched) -> None:
         self.pending.pop(exchange, None)
 
     def _tick(self) -> None:
-        """Start the watchers that are due; re-arm for the oldest one left, if any."""
+        """Start the watchers that are due; re-arm for the oldest one left, if any.
+
+        One pass over the pending calls in start order, stopping at the first that is not
+        due (not a fresh scan from the front per due call: a flood of long calls must not
+        make a tick quadratic)."""
         self.timer = None
         pending = self.pending
         now = self.loop.time()
-        due = now - WATCH_DELAY
-        while pending:
-            exchange = next(iter(pending))
-            started = pending[exchange]
-            if started > due:
+        due_before = now - WATCH_DELAY
+        due: list[Watched] = []
+        for exchange, started in pending.items():
+            if started > due_before:
                 when = max(started + WATCH_DELAY, now + WATCH_TICK)
                 self.timer = self.loop.call_at(when, self._tick)
-                return
+                break
+            due.append(exchange)
+        for exchange in due:
             del pending[exchange]
             try:
                 exchange.start_watcher()
