@@ -31,13 +31,13 @@ class Call:
 
 async def test_a_flood_of_long_calls_each_get_one_watcher_in_order() -> None:
     loop = asyncio.get_running_loop()
-    watchlist = Watchlist(loop)
+    watchlists = Watchlists()
     started: list[Call] = []
     done = asyncio.Event()
     calls = [Call(loop, started, done) for _ in range(3000)]
     for n, call in enumerate(calls):
         call.added_at = loop.time()
-        watchlist.add(call)
+        watchlist = watchlists.add(call, loop)
         if n % 1000 == 999:
             await asyncio.sleep(0)  # let the loop run between bursts, as a server would
     # Every other call ends (or its app reads receive itself) before it is due.
@@ -64,7 +64,8 @@ async def test_calls_started_apart_are_each_watched_after_their_own_delay() -> N
     timer: the second is added by a loop timer halfway through the first's delay, so it
     is always added before the first is due (timers run in order)."""
     loop = asyncio.get_running_loop()
-    watchlist = Watchlist(loop)
+    watchlists = Watchlists()
+    watchlist = watchlists.for_loop(loop)
     started: list[Call] = []
     done = asyncio.Event()
     first, second = Call(loop, started, done), Call(loop, started, done)
@@ -72,7 +73,7 @@ async def test_calls_started_apart_are_each_watched_after_their_own_delay() -> N
 
     def add(call: Call) -> None:
         call.added_at = loop.time()
-        watchlist.add(call)
+        assert watchlists.add(call, loop) is watchlist
 
     add(first)
     loop.call_at(first.added_at + WATCH_DELAY / 2, add, second)

@@ -12,7 +12,7 @@ from .. import signals
 from .._asgi import ASGIApp, Message, Receive, Scope, Send
 from ..errors import REQUEST_CANCELLED
 from ..scope import scope_kind
-from ..token import Outcome
+from ..token import Outcome, RequestToken
 
 if TYPE_CHECKING:
     from ..registry import CancellationRegistry
@@ -84,13 +84,6 @@ class Watchlist:
         self.pending: dict[Watched, float] = {}  # insertion order is start order
         self.timer: asyncio.TimerHandle | None = None
 
-    def add(self, exchange: Watched) -> None:
-        loop = self.loop
-        now = loop.time()
-        self.pending[exchange] = now
-        if self.timer is None:
-            self.timer = loop.call_at(now + WATCH_DELAY, self._tick)
-
     def discard(self, exchange: Watched) -> None:
         self.pending.pop(exchange, None)
 
@@ -134,6 +127,18 @@ class Watchlists:
             current = self._current = Watchlist(loop)
         return current
 
+    def add(self, exchange: Watched, loop: asyncio.AbstractEventLoop) -> Watchlist:
+        """Put *exchange* on the watchlist of *loop*, which is returned; arm its timer if
+        it is not armed."""
+        current = self._current
+        if current is None or current.loop is not loop:
+            current = self._current = Watchlist(loop)
+        now = loop.time()
+        current.pending[exchange] = now
+        if current.timer is None:
+            current.timer = loop.call_at(now + WATCH_DELAY, current._tick)
+        return current
+
 
 class Exchange:
     """One tracked request: the inner app, disconnect detection, and the kill timer.
@@ -151,27 +156,20 @@ class Exchange:
     if it has not ended ``stream_cancel_timeout`` seconds later.
     """
 
-    __slots__ = (
-        "answer",
-        "app_reading",
-        "body",
-        "caller",
-        "context",
-        "gone",
-        "gone_event",
-        "killed",
-        "killer",
-        "middleware",
-        "receive",
-        "replayed",
-        "response_done",
-        "scope",
-        "send",
-        "task",
-        "token",
-        "watcher",
-        "watchlist",
-    )
+    # What starts the same for every call is a class-level default, written on the
+    # instance only when it changes (most calls change none of it): a call's exchange is
+    # made with six writes, not twenty.
+    replayed = False
+    answer = ""  # "cancelled" (-32800) or "result", once cancelled
+    response_done = False
+    app_reading = False
+    killed = False
+    gone = False  # the client disconnected before the response ended
+    gone_event: asyncio.Event | None = None  # made only for a second reader
+    task: asyncio.Task[Any] | None = None
+    watcher: asyncio.Task[None] | None = None
+    watchlist: Watchlist | None = None
+    killer: asyncio.TimerHandle | None = None
 
     def __init__(
         self,
@@ -180,32 +178,20 @@ class Exchange:
         receive: Receive,
         send: Send,
         body: bytes,
-        context: RequestContext,
+        token: RequestToken,
     ) -> None:
         self.middleware = middleware
         self.scope = scope
         self.receive = receive
         self.send = send
         self.body = body
-        self.context = context
-        self.token = context.token
-        self.caller = context.token.scope
-        self.replayed = False
-        self.answer = ""  # "cancelled" (-32800) or "result", once cancelled
-        self.response_done = False
-        self.app_reading = False
-        self.killed = False
-        self.gone = False  # the client disconnected before the response ended
-        self.gone_event: asyncio.Event | None = None  # made only for a second reader
-        self.task: asyncio.Task[Any] | None = None
-        self.watcher: asyncio.Task[None] | None = None
-        self.watchlist: Watchlist | None = None
-        self.killer: asyncio.TimerHandle | None = None
+        self.token = token
 
-    async def run(self) -> None:
-        """Serve the request inside its registry block (tracked, and the current request
-        for ``cancelled()``), watching for its client to leave."""
-        async with self.context:
+    async def run(self, context: RequestContext) -> None:
+        """Serve the request inside its registry block *context* (tracked, and the
+        current request for ``cancelled()``, its token this exchange's), watching for
+        its client to leave."""
+        async with context:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # not asyncio (trio): track only, the app owns receive
@@ -214,8 +200,7 @@ class Exchange:
                 )
                 return
             self.task = asyncio.current_task(loop)  # one running-loop lookup, not two
-            self.watchlist = watchlist = self.middleware.watchlists.for_loop(loop)
-            watchlist.add(self)
+            self.watchlist = watchlist = self.middleware.watchlists.add(self, loop)
             try:
                 await self.middleware.app(self.scope, self._receive, self._send)
             except asyncio.CancelledError:
@@ -252,7 +237,7 @@ class Exchange:
         logger.info(
             "cancelled request %r (scope kind %s, reason %r): %s%s",
             token.request_id,
-            scope_kind(self.caller),
+            scope_kind(token.scope),
             token.reason,
             "completed anyway" if outcome == "completed" else outcome,
             after,
@@ -339,7 +324,7 @@ class Exchange:
                 signals.request_cancelled.fire(
                     self.middleware.registry,
                     request_id=self.token.request_id,
-                    scope=self.caller,
+                    scope=self.token.scope,
                     reason=DISCONNECT_REASON,
                     method="disconnect",
                 )

@@ -27,6 +27,7 @@ __all__ = [
     "INVALID_REQUEST",
     "QUOTA_ERROR",
     "OTHER",
+    "Kind",
     "Message",
     "classify",
     "is_handshake_version",
@@ -57,38 +58,16 @@ def _handshake_versions() -> frozenset[str]:
 HANDSHAKE_PROTOCOL_VERSIONS: Final[frozenset[str]] = _handshake_versions()
 
 
-class Message:
-    """What the middleware needs to know about one POST body.
-
-    ``kind`` is ``"request"`` (a method call with an id, other than ``initialize``),
-    ``"cancel"`` (a ``notifications/cancelled``), or ``"other"`` (anything else: passed
-    through untouched, including everything the SDK will reject). Read-only by
-    convention (a plain slotted class: one is made per POST).
-    """
-
-    __slots__ = ("kind", "method", "params", "request_id")
-
-    def __init__(
-        self,
-        kind: Literal["request", "cancel", "other"],
-        request_id: object = None,
-        params: object = None,
-        method: str | None = None,
-    ) -> None:
-        self.kind = kind
-        self.request_id = request_id
-        self.params = params
-        self.method = method
-
-    def __repr__(self) -> str:
-        return (
-            f"Message(kind={self.kind!r}, request_id={self.request_id!r}, "
-            f"params={self.params!r}, method={self.method!r})"
-        )
-
+Kind = Literal["request", "cancel", "other"]
+#: What the middleware needs to know about one POST body: ``(kind, request_id, params,
+#: method)``. ``kind`` is ``"request"`` (a method call with an id, other than
+#: ``initialize``), ``"cancel"`` (a ``notifications/cancelled``), or ``"other"`` (anything
+#: else: passed through untouched, including everything the SDK will reject). A plain
+#: tuple: one is made per POST.
+Message = tuple[Kind, object, object, "str | None"]
 
 #: Everything the middleware passes through untouched.
-OTHER: Final = Message("other")
+OTHER: Final[Message] = ("other", None, None, None)
 
 
 #: The method whose ``params.name`` is the tool a request calls.
@@ -112,9 +91,9 @@ def classify(body: bytes) -> Message:
         if method == "initialize":
             return OTHER
         params = decoded.get("params") if method == TOOLS_CALL_METHOD else None
-        return Message("request", decoded["id"], params, method)
+        return ("request", decoded["id"], params, method)
     if method == CANCELLED_METHOD:
-        return Message("cancel", None, decoded.get("params"), method)
+        return ("cancel", None, decoded.get("params"), method)
     return OTHER
 
 

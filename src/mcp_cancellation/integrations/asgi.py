@@ -42,7 +42,6 @@ from ..errors import (
     StorageUnavailable,
 )
 from ..registry import CancellationRegistry
-from ..request_context import RequestContext
 from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of
 from ..token import OTHER_TOOL
 
@@ -53,6 +52,7 @@ if TYPE_CHECKING:
     )
 from . import _jsonrpc
 from ._exchange import DISCONNECT_REASON, Exchange, Watchlists, replay
+from ._jsonrpc import OTHER, TOOLS_CALL_METHOD, classify
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -296,25 +296,30 @@ class CancellationMiddleware:
                 message = await receive()
             body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-        parsed = _jsonrpc.OTHER if trailing is not None else _jsonrpc.classify(body)
-        kind = parsed.kind
+        kind, request_id, params, method = OTHER if trailing is not None else classify(body)
         if kind == "request":
-            if (
-                parsed.method == _jsonrpc.TOOLS_CALL_METHOD
-                and self._tool_source is not None
-                and time.monotonic() - self._tools_read_at > TOOLS_REFRESH_SECONDS
-            ):
-                await self._read_tools()
-            context = self._track(scope, parsed)
-            if context is None:
+            tool = None
+            if method == TOOLS_CALL_METHOD:
+                if (
+                    self._tool_source is not None
+                    and time.monotonic() - self._tools_read_at > TOOLS_REFRESH_SECONDS
+                ):
+                    await self._read_tools()
+                # The tool's name if the server registered it, else ``other``: a client
+                # must not mint label values with made-up names.
+                name = params.get("name") if isinstance(params, dict) else None
+                tool = name if isinstance(name, str) and name in self._tool_names else OTHER_TOOL
+            try:
+                context = self.registry.request(request_id, self.caller_scope(scope), tool=tool)
+            except InvalidRequestId:
                 # Not an id the SDK accepts either: let it answer the error.
                 await self.app(scope, replay(body, None, receive), send)
-            else:
-                await Exchange(self, scope, receive, send, body, context).run()
+                return
+            await Exchange(self, scope, receive, send, body, context.token).run(context)
         elif kind == "cancel" and _jsonrpc.is_handshake_version(
             header(scope, b"mcp-protocol-version")
         ):
-            await self._cancel(scope, receive, send, body, parsed)
+            await self._cancel(scope, receive, send, body, params)
         else:
             await self.app(scope, replay(body, trailing, receive), send)
 
@@ -324,7 +329,7 @@ class CancellationMiddleware:
     # -- notifications/cancelled ---------------------------------------------------------
 
     async def _cancel(
-        self, scope: Scope, receive: Receive, send: Send, body: bytes, parsed: _jsonrpc.Message
+        self, scope: Scope, receive: Receive, send: Send, body: bytes, params: object
     ) -> None:
         if self._security is not None:
             # The SDK's Host/Origin allow-list (DNS-rebinding protection) guards its own
@@ -343,7 +348,6 @@ class CancellationMiddleware:
                 send, 400, _jsonrpc.INVALID_REQUEST, "Invalid Content-Type header"
             )
             return
-        params = parsed.params
         if not isinstance(params, dict):
             await _jsonrpc.send_error(
                 send, 400, _jsonrpc.INVALID_PARAMS, "Invalid params: params must be an object"
@@ -378,23 +382,6 @@ class CancellationMiddleware:
         await _jsonrpc.send_accepted(send)
 
     # -- tracked requests ----------------------------------------------------------------
-
-    def _track(self, scope: Scope, parsed: _jsonrpc.Message) -> RequestContext | None:
-        """The registry block that tracks a request under its caller's scope, or ``None``
-        for an id the registry refuses."""
-        tool = None
-        if parsed.method == _jsonrpc.TOOLS_CALL_METHOD:
-            tool = self._tool_label(parsed.params)
-        try:
-            return self.registry.request(parsed.request_id, self.caller_scope(scope), tool=tool)
-        except InvalidRequestId:
-            return None
-
-    def _tool_label(self, params: object) -> str:
-        """The ``tool`` label of a ``tools/call``: its name if the server registered it,
-        else ``other`` (a client must not mint label values with made-up names)."""
-        name = params.get("name") if isinstance(params, dict) else None
-        return name if isinstance(name, str) and name in self._tool_names else OTHER_TOOL
 
     async def _read_tools(self) -> None:
         """Ask the ``tools`` callable for the server's tool names (at most every
