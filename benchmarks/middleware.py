@@ -12,6 +12,12 @@ Concurrent httpx clients in this process drive each in turn, alternating rounds,
 Printed: requests per second and p50/p99 latency per case, best of the rounds, and the
 ratios against the targets (throughput >= 0.97x the bare app, p99 <= 1.1x).
 
+The httpx clients share the two cores with the servers and bound the load (about 500
+requests per second): the servers idle part of the time. The tool call is then also
+driven *server-bound*, by a minimal HTTP/1.1 client on raw asyncio streams (prebuilt
+requests, keep-alive, no parsing beyond the framing), which keeps each server's CPU busy:
+there throughput is the server's capacity, the figure a heavier load generator would see.
+
     python benchmarks/middleware.py [--duration 2] [--rounds 8] [--concurrency 16]
                                     [--mode json|sse|both]   (default both)
 """
@@ -28,7 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,6 +172,74 @@ async def drive(
         p99=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         cpu=cpu,
     )
+
+
+async def drive_raw(
+    url: str, body: Callable[[], dict[str, Any]], concurrency: int, duration: float, pid: int
+) -> Result:
+    """Like :func:`drive`, with a minimal keep-alive HTTP/1.1 client on asyncio streams:
+    cheap enough per request that the server, not this process, is the bottleneck."""
+    host_port = url.split("/")[2]
+    host, port = host_port.split(":")
+    path = "/" + url.split("/", 3)[3]
+    head = "".join(f"{name}: {value}\r\n" for name, value in HEADERS.items())
+    latencies: list[float] = []
+
+    def request() -> bytes:
+        payload = json.dumps(body(), separators=(",", ":")).encode()
+        return (
+            f"POST {path} HTTP/1.1\r\nhost: {host_port}\r\n{head}"
+            f"content-length: {len(payload)}\r\n\r\n"
+        ).encode() + payload
+
+    async def response(reader: asyncio.StreamReader) -> int:
+        """Read one response (``content-length`` or chunked); its status."""
+        header = (await reader.readuntil(b"\r\n\r\n")).lower()
+        status = int(header[9:12])
+        at = header.find(b"content-length:")
+        if at >= 0:
+            await reader.readexactly(int(header[at + 15 : header.index(b"\r\n", at)]))
+        elif b"chunked" in header:
+            while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
+                await reader.readexactly(size + 2)
+            await reader.readexactly(2)
+        return status
+
+    async def worker(stop: float, record: bool) -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while time.perf_counter() < stop:
+                started = time.perf_counter()
+                writer.write(request())
+                status = await response(reader)
+                if status >= 400:
+                    raise RuntimeError(f"HTTP {status}")
+                if record:
+                    latencies.append(time.perf_counter() - started)
+        finally:
+            writer.close()
+
+    warmup = time.perf_counter() + min(1.0, duration / 4)
+    await asyncio.gather(*(worker(warmup, False) for _ in range(concurrency)))
+    cpu_before = cpu_seconds(pid)
+    began = time.perf_counter()
+    await asyncio.gather(*(worker(began + duration, True) for _ in range(concurrency)))
+    elapsed = time.perf_counter() - began
+    cpu_after = cpu_seconds(pid)
+    latencies.sort()
+    cpu = None
+    if cpu_before is not None and cpu_after is not None:
+        cpu = (cpu_after - cpu_before) / len(latencies)
+    return Result(
+        rps=len(latencies) / elapsed,
+        p50=statistics.median(latencies),
+        p99=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        cpu=cpu,
+    )
+
+
+#: A load generator: ``(url, body, concurrency, seconds, server pid) -> Result``.
+Driver = Callable[[str, Callable[[], dict[str, Any]], int, float, int], Awaitable[Result]]
 
 
 def best(results: list[Result]) -> Result:
@@ -315,9 +389,10 @@ async def run(args: argparse.Namespace) -> None:
 async def run_mode(args: argparse.Namespace, json_response: bool) -> None:
     servers = {kind: start_server(kind, json_response) for kind in ("bare", "wrapped")}
     try:
-        cases: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-            ("tools/call echo", tool_call),
-            ("notifications/cancelled", cancel_notification),
+        cases: list[tuple[str, Callable[[], dict[str, Any]], Driver]] = [
+            ("tools/call echo", tool_call, drive),
+            ("notifications/cancelled", cancel_notification, drive),
+            ("tools/call echo, server-bound (raw HTTP/1.1 client)", tool_call, drive_raw),
         ]
         overhead = await in_process_overhead()
         print("in-process overhead of the middleware (stub app, no network, best of 3):")
@@ -336,7 +411,7 @@ async def run_mode(args: argparse.Namespace, json_response: bool) -> None:
             f"middleware overhead: stateless MCPServer, {mode} responses, "
             f"{args.concurrency} concurrent clients, {args.rounds} x {args.duration:g} s per case"
         )
-        for name, body in cases:
+        for name, body, driver in cases:
             results: dict[str, list[Result]] = {"bare": [], "wrapped": []}
             for round_ in range(args.rounds):
                 # Alternate which goes first, so neither always follows the other.
@@ -344,7 +419,7 @@ async def run_mode(args: argparse.Namespace, json_response: bool) -> None:
                 for kind in order:
                     process, url = servers[kind]
                     results[kind].append(
-                        await drive(url, body, args.concurrency, args.duration, process.pid)
+                        await driver(url, body, args.concurrency, args.duration, process.pid)
                     )
             bare, wrapped = best(results["bare"]), best(results["wrapped"])
             print(f"\n  {name}  (best of {args.rounds} rounds)")
