@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -34,7 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,86 +139,23 @@ def cancel_notification() -> dict[str, Any]:
     }
 
 
-async def drive(
-    url: str, body: Callable[[], dict[str, Any]], concurrency: int, duration: float, pid: int
-) -> Result:
-    """*concurrency* workers post *body* back to back for *duration* seconds."""
+#: Opens one client connection for a worker: yields the call that sends one request and
+#: waits for its whole response.
+Connect = Callable[[], contextlib.AbstractAsyncContextManager[Callable[[], Awaitable[None]]]]
+
+
+async def measure(connect: Connect, concurrency: int, duration: float, pid: int) -> Result:
+    """*concurrency* workers, each on its own connection, send requests back to back: a
+    warm-up, then *duration* timed seconds; latencies, throughput and the server's CPU."""
     latencies: list[float] = []
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
-
-        async def worker(stop: float, record: bool) -> None:
-            while time.perf_counter() < stop:
-                started = time.perf_counter()
-                response = await client.post(url, json=body(), headers=HEADERS)
-                if response.status_code >= 400:
-                    raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
-                if record:
-                    latencies.append(time.perf_counter() - started)
-
-        warmup = time.perf_counter() + min(1.0, duration / 4)
-        await asyncio.gather(*(worker(warmup, False) for _ in range(concurrency)))
-        cpu_before = cpu_seconds(pid)
-        began = time.perf_counter()
-        await asyncio.gather(*(worker(began + duration, True) for _ in range(concurrency)))
-        elapsed = time.perf_counter() - began
-        cpu_after = cpu_seconds(pid)
-    latencies.sort()
-    cpu = None
-    if cpu_before is not None and cpu_after is not None:
-        cpu = (cpu_after - cpu_before) / len(latencies)
-    return Result(
-        rps=len(latencies) / elapsed,
-        p50=statistics.median(latencies),
-        p99=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
-        cpu=cpu,
-    )
-
-
-async def drive_raw(
-    url: str, body: Callable[[], dict[str, Any]], concurrency: int, duration: float, pid: int
-) -> Result:
-    """Like :func:`drive`, with a minimal keep-alive HTTP/1.1 client on asyncio streams:
-    cheap enough per request that the server, not this process, is the bottleneck."""
-    host_port = url.split("/")[2]
-    host, port = host_port.split(":")
-    path = "/" + url.split("/", 3)[3]
-    head = "".join(f"{name}: {value}\r\n" for name, value in HEADERS.items())
-    latencies: list[float] = []
-
-    def request() -> bytes:
-        payload = json.dumps(body(), separators=(",", ":")).encode()
-        return (
-            f"POST {path} HTTP/1.1\r\nhost: {host_port}\r\n{head}"
-            f"content-length: {len(payload)}\r\n\r\n"
-        ).encode() + payload
-
-    async def response(reader: asyncio.StreamReader) -> int:
-        """Read one response (``content-length`` or chunked); its status."""
-        header = (await reader.readuntil(b"\r\n\r\n")).lower()
-        status = int(header[9:12])
-        at = header.find(b"content-length:")
-        if at >= 0:
-            await reader.readexactly(int(header[at + 15 : header.index(b"\r\n", at)]))
-        elif b"chunked" in header:
-            while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
-                await reader.readexactly(size + 2)
-            await reader.readexactly(2)
-        return status
 
     async def worker(stop: float, record: bool) -> None:
-        reader, writer = await asyncio.open_connection(host, int(port))
-        try:
+        async with connect() as call:
             while time.perf_counter() < stop:
                 started = time.perf_counter()
-                writer.write(request())
-                status = await response(reader)
-                if status >= 400:
-                    raise RuntimeError(f"HTTP {status}")
+                await call()
                 if record:
                     latencies.append(time.perf_counter() - started)
-        finally:
-            writer.close()
 
     warmup = time.perf_counter() + min(1.0, duration / 4)
     await asyncio.gather(*(worker(warmup, False) for _ in range(concurrency)))
@@ -236,6 +174,68 @@ async def drive_raw(
         p99=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
         cpu=cpu,
     )
+
+
+async def drive(
+    url: str, body: Callable[[], dict[str, Any]], concurrency: int, duration: float, pid: int
+) -> Result:
+    """*concurrency* httpx workers post *body* back to back for *duration* seconds."""
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+
+        async def call() -> None:
+            response = await client.post(url, json=body(), headers=HEADERS)
+            if response.status_code >= 400:
+                raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
+
+        @contextlib.asynccontextmanager
+        async def connect() -> AsyncIterator[Callable[[], Awaitable[None]]]:
+            yield call  # the client's pool holds the connections
+
+        return await measure(connect, concurrency, duration, pid)
+
+
+async def drive_raw(
+    url: str, body: Callable[[], dict[str, Any]], concurrency: int, duration: float, pid: int
+) -> Result:
+    """Like :func:`drive`, with a minimal keep-alive HTTP/1.1 client on asyncio streams:
+    cheap enough per request that the server, not this process, is the bottleneck."""
+    host_port = url.split("/")[2]
+    host, port = host_port.split(":")
+    path = "/" + url.split("/", 3)[3]
+    head = "".join(f"{name}: {value}\r\n" for name, value in HEADERS.items())
+
+    def request() -> bytes:
+        payload = json.dumps(body(), separators=(",", ":")).encode()
+        return (
+            f"POST {path} HTTP/1.1\r\nhost: {host_port}\r\n{head}"
+            f"content-length: {len(payload)}\r\n\r\n"
+        ).encode() + payload
+
+    @contextlib.asynccontextmanager
+    async def connect() -> AsyncIterator[Callable[[], Awaitable[None]]]:
+        reader, writer = await asyncio.open_connection(host, int(port))
+
+        async def call() -> None:
+            """Send one request, read its response (``content-length`` or chunked)."""
+            writer.write(request())
+            header = (await reader.readuntil(b"\r\n\r\n")).lower()
+            at = header.find(b"content-length:")
+            if at >= 0:
+                await reader.readexactly(int(header[at + 15 : header.index(b"\r\n", at)]))
+            elif b"chunked" in header:
+                while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
+                    await reader.readexactly(size + 2)
+                await reader.readexactly(2)
+            if int(header[9:12]) >= 400:
+                raise RuntimeError(f"HTTP {header[9:12].decode()}")
+
+        try:
+            yield call
+        finally:
+            writer.close()
+
+    return await measure(connect, concurrency, duration, pid)
 
 
 #: A load generator: ``(url, body, concurrency, seconds, server pid) -> Result``.
@@ -304,7 +304,6 @@ async def in_process_real_sdk(json_response: bool, count: int = 1_500) -> tuple[
     network, no clients): bare, and behind the middleware, in 6 alternating rounds (the
     medians). Unlike the stub figure above, the middleware's work here runs between the
     SDK's, with the caches as a server leaves them."""
-    import contextlib
 
     from mcp_cancellation import CancellationMiddleware, CancellationRegistry
     from mcp_cancellation.demo import build_demo_server
