@@ -65,17 +65,16 @@ async def test_calls_started_apart_are_each_watched_after_their_own_delay() -> N
     is always added before the first is due (timers run in order)."""
     loop = asyncio.get_running_loop()
     watchlists = Watchlists()
-    watchlist = watchlists.for_loop(loop)
     started: list[Call] = []
     done = asyncio.Event()
     first, second = Call(loop, started, done), Call(loop, started, done)
     first.expected = second.expected = 2
 
-    def add(call: Call) -> None:
+    def add(call: Call) -> Watchlist:
         call.added_at = loop.time()
-        assert watchlists.add(call, loop) is watchlist
+        return watchlists.add(call, loop)
 
-    add(first)
+    watchlist = add(first)
     loop.call_at(first.added_at + WATCH_DELAY / 2, add, second)
     await asyncio.wait_for(done.wait(), timeout=10)
     assert started == [first, second]
@@ -85,7 +84,7 @@ async def test_calls_started_apart_are_each_watched_after_their_own_delay() -> N
         assert call.watched_at - call.added_at >= WATCH_DELAY  # never early
     assert watchlist.timer is None
     # Empty, the watchlist arms its timer again for the next call.
-    add(Call(loop, started, asyncio.Event()))
+    assert add(Call(loop, started, asyncio.Event())) is watchlist
     assert watchlist.timer is not None
 
 
@@ -94,7 +93,11 @@ def test_each_event_loop_gets_its_own_watchlist() -> None:
 
     async def on_this_loop() -> tuple[Watchlist, Watchlist]:
         loop = asyncio.get_running_loop()
-        return watchlists.for_loop(loop), watchlists.for_loop(loop)
+        calls = [Call(loop, [], asyncio.Event()) for _ in range(2)]
+        first, again = (watchlists.add(call, loop) for call in calls)
+        for call in calls:
+            first.discard(call)
+        return first, again
 
     first, again = asyncio.run(on_this_loop())
     assert first is again  # one per loop, not one per request

@@ -121,12 +121,6 @@ class Watchlists:
     def __init__(self) -> None:
         self._current: Watchlist | None = None
 
-    def for_loop(self, loop: asyncio.AbstractEventLoop) -> Watchlist:
-        current = self._current
-        if current is None or current.loop is not loop:
-            current = self._current = Watchlist(loop)
-        return current
-
     def add(self, exchange: Watched, loop: asyncio.AbstractEventLoop) -> Watchlist:
         """Put *exchange* on the watchlist of *loop*, which is returned; arm its timer if
         it is not armed."""
