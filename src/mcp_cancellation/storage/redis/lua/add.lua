@@ -59,11 +59,11 @@ for i = 1, #owners, 2 do
   if w ~= ARGV[9] then
     local msg = by_worker[w]
     if msg == nil then
-      msg = {#scope .. ':' .. scope, #key .. ':' .. key, #renc .. ':' .. renc}
+      msg = {netstring(scope), netstring(key), netstring(renc)}
       by_worker[w] = msg
       workers[#workers + 1] = w
     end
-    msg[#msg + 1] = #owners[i] .. ':' .. owners[i]
+    msg[#msg + 1] = netstring(owners[i])
   end
 end
 for _, w in ipairs(workers) do

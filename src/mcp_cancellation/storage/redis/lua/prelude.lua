@@ -12,7 +12,10 @@ local function level_key(n) return P .. 'l:' .. string.format('%d', n) end
 local function flight_key(m) return P .. 'f:' .. m end
 local function worker_key(w) return P .. 'w:' .. w end
 local function hb_key(w) return P .. 'hb:' .. w end
-local function member(scope, key) return #scope .. ':' .. scope .. key end
+-- '<n>:<s>': the framing of row members, pushed messages and the scripts' packed replies
+-- (split below and _codec.split_netstrings read it back).
+local function netstring(s) return #s .. ':' .. s end
+local function member(scope, key) return netstring(scope) .. key end
 -- '<n>:<head (n bytes)><tail>' -> head, tail
 local function split(s)
   local colon = string.find(s, ':', 1, true)
@@ -81,8 +84,7 @@ local function drop_rows(scope, keys)
 end
 -- A scope's evicted rows, as `evicted` lists them: netstrings of the scope and the count.
 local function evicted_count(n)
-  local count = string.format('%d', n)
-  return #count .. ':' .. count
+  return netstring(string.format('%d', n))
 end
 -- Forget whole scopes: their row keys `keys` and their counts in P scopes (the caller
 -- takes them out of their levels, their rows out of P ages and P reasons).
@@ -142,7 +144,7 @@ local function drop_level(size, limit, evicted)
   local members, keys, kinds = {}, {}, {}
   for i, victim in ipairs(victims) do
     keys[i] = rows_key(victim)
-    local head = #victim .. ':' .. victim
+    local head = netstring(victim)
     for _, key in ipairs(redis.call('ZRANGE', keys[i], 0, -1)) do
       members[#members + 1] = head .. key
     end
@@ -199,7 +201,7 @@ local function evict(remaining, budget, partial, evicted, singles)
       local now = math.min(take, budget)
       drop_rows(victim, redis.call('ZRANGE', rows_key(victim), 0, now - 1))
       relevel(victim, size)
-      evicted[#evicted + 1] = #victim .. ':' .. victim .. evicted_count(now)
+      evicted[#evicted + 1] = netstring(victim) .. evicted_count(now)
       remaining, budget = remaining - now, budget - now
       if now < take then partial = victim end
     else
@@ -223,7 +225,7 @@ local function track(scope, key, owner, w)
   local m = member(scope, key)
   if redis.call('HSET', flight_key(m), owner, w) == 1 then
     redis.call('HINCRBY', FS, scope, 1)
-    redis.call('SADD', worker_key(w), #m .. ':' .. m .. owner)
+    redis.call('SADD', worker_key(w), netstring(m) .. owner)
     redis.call('SADD', WORKERS, w)
   end
   return m
@@ -236,7 +238,7 @@ local function untrack_member(m, scope, owner)
   redis.call('HDEL', fk, owner)
   if redis.call('HINCRBY', FS, scope, -1) <= 0 then redis.call('HDEL', FS, scope) end
   local wk = worker_key(w)
-  redis.call('SREM', wk, #m .. ':' .. m .. owner)
+  redis.call('SREM', wk, netstring(m) .. owner)
   if redis.call('EXISTS', wk) == 0 then redis.call('SREM', WORKERS, w) end
   return 1
 end
