@@ -126,3 +126,66 @@ def test_the_index_agrees_with_the_table_on_redis(redis_server: RedisServer) -> 
         _run(make, bounds, ops, expiry=False)
 
     check()
+
+
+def _flood(storage: Storage, now: list[float]) -> None:
+    """Thousands of scopes, most with one row, some growing, some losing their oldest or
+    newest row, past a cap that evicts in batches: more changed scopes between two reads
+    of the index than the memory storage lets pile up before re-filing them (so both the
+    re-filing at that bound and the one before each read run), checked against the model
+    before each eviction's effect could hide an error and at the end."""
+    import random
+
+    from mcp_cancellation.storage.memory import _CHANGED_LIMIT
+
+    scopes = 8 * _CHANGED_LIMIT
+    max_rows = scopes  # fills, then evicts 5 % at a time
+    loop = asyncio.new_event_loop()
+    registry = CancellationRegistry(
+        storage, max_rows=max_rows, max_rows_per_scope=None, ttl=None, janitor_interval=None
+    )
+    model = Model(max_rows, None)
+    rng = random.Random(14)
+    ids = [0] * scopes
+    try:
+        for step in range(4 * scopes):
+            s = rng.randrange(scopes) if step >= scopes else step
+            scope = f"ip:10.{s // 256}.{s % 256}.1"
+            now[0] += 1.0
+            roll = rng.random()
+            if roll < 0.8 or not model.rows.get(scope):
+                key = ids[s]
+                ids[s] += 1
+                assert model.add(scope, str(key), None, now[0])
+                loop.run_until_complete(registry.cancel(key, None, scope=scope))
+            else:  # its oldest row (its age changes) or its newest
+                keys = list(model.rows[scope])
+                key = int(keys[0] if roll < 0.9 else keys[-1])
+                model.remove(scope, str(key))
+                loop.run_until_complete(registry.clear(key, scope=scope))
+            if step % (2 * _CHANGED_LIMIT + 1) == 0 or step == 4 * scopes - 1:
+                order = model.eviction_order()
+                summary = loop.run_until_complete(storage.summary(len(order) + 1, 2))
+                assert list(summary.largest) == order
+                assert summary.at_least == sum(1 for _, n in order if n >= 2)
+                if isinstance(storage, MemoryStorage):
+                    storage.check_index()
+        assert loop.run_until_complete(storage.stats()).rows == model.counts()
+    finally:
+        loop.run_until_complete(registry.aclose())
+        loop.close()
+
+
+def test_the_index_agrees_with_the_table_through_a_flood_of_scopes_in_memory() -> None:
+    now = [1_000.0]
+    _flood(MemoryStorage(clock=lambda: now[0]), now)
+
+
+@pytest.mark.redis
+def test_the_index_agrees_with_the_table_through_a_flood_of_scopes_on_redis(
+    redis_server: RedisServer,
+) -> None:
+    from mcp_cancellation.storage.redis import RedisStorage
+
+    storage = RedisStorage.from_url(redis_server.url, prefix=f"flood-{uuid.uuid4().hex[:10]}")
+    _flood(storage, [1_000.0])
