@@ -48,7 +48,7 @@ def _check(quota: object, where: str) -> None:
 class QuotaPolicy:
     """The limits each scope's inserts run under (see the module docstring)."""
 
-    __slots__ = ("_by_quota", "_overrides", "limits")
+    __slots__ = ("_by_quota", "_overrides", "limits", "overridden")
 
     def __init__(self, limits: Limits, overrides: QuotaOverrides | None) -> None:
         if overrides is not None and not callable(overrides):
@@ -58,11 +58,9 @@ class QuotaPolicy:
                 _check(quota, f"quota_overrides[{scope!r}]")
         self.limits = limits
         self._overrides = overrides
+        #: Whether any scope may have an override (else every scope has ``limits``).
+        self.overridden = overrides is not None
         self._by_quota: dict[int, Limits] = {}
-
-    @property
-    def overridden(self) -> bool:
-        return self._overrides is not None
 
     def limits_for(self, scope: str) -> Limits:
         """The limits of *scope*: the default ones, or with its override as the quota. A

@@ -186,19 +186,6 @@ class CancellationRegistry:
 
     # -- cancellations -----------------------------------------------------------------
 
-    def _prepare(self, request_id: object, reason: object, scope: str) -> tuple[str, str | None]:
-        """Validate the id and sanitise the reason of a cancellation (signals a rejected
-        invalid id; invalid ids given to reads raise too, but are not an abuse signal)."""
-        try:
-            key = normalize_id(request_id)
-        except InvalidRequestId:
-            if signals.cancellation_rejected.receivers:
-                signals.cancellation_rejected.fire(
-                    self, scope=scope, request_id=None, reason="invalid_request_id", mode="enforce"
-                )
-            raise
-        return key, sanitize_reason(reason, self._max_reason_chars)
-
     def _report(
         self, result: AddResult, key: str, scope: str, text: str | None, method: str | None
     ) -> bool:
@@ -266,10 +253,19 @@ class CancellationRegistry:
         self, request_id: object, reason: object, scope: str, method: str | None, in_flight: bool
     ) -> bool:
         """cancel() and cancel_in_flight(): validate, add through the storage, report."""
-        key, text = self._prepare(request_id, reason, scope)
-        sync = self._sync
+        try:
+            key = normalize_id(request_id)
+        except InvalidRequestId:
+            # Invalid ids given to reads raise too, but only here are they an abuse signal.
+            if signals.cancellation_rejected.receivers:
+                signals.cancellation_rejected.fire(
+                    self, scope=scope, request_id=None, reason="invalid_request_id", mode="enforce"
+                )
+            raise
+        text = sanitize_reason(reason, self._max_reason_chars)
         quota = self._quota
         limits = quota.limits_for(scope) if quota.overridden else self._limits
+        sync = self._sync
         if sync is not None:  # never waits: no coroutine per layer on the hot path
             result = sync.add_nowait(scope, key, text, limits, in_flight)
         else:
