@@ -1,5 +1,5 @@
-"""One tracked request behind the middleware: the inner app, disconnect detection, the
-kill timer, and the request's one log line (private)."""
+"""One tracked request behind the middleware: what its app reads and sends, disconnect
+detection, the kill timer, and the request's one log line (private)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import signals
-from .._asgi import ASGIApp, Message, Receive, Scope, Send
+from .._asgi import Message, Receive, Send
 from ..errors import REQUEST_CANCELLED
 from ..scope import scope_kind
-from ..token import Outcome, RequestToken
+from ..token import Outcome
 
 if TYPE_CHECKING:
     from ..registry import CancellationRegistry
@@ -20,9 +20,8 @@ if TYPE_CHECKING:
 
 
 class Host(Protocol):
-    """What an exchange needs of the middleware that runs it."""
+    """What an exchange needs of the middleware that runs its app."""
 
-    app: ASGIApp
     registry: CancellationRegistry
     stream_cancel_timeout: float | None
     watchlists: Watchlists
@@ -168,48 +167,59 @@ class Exchange:
     def __init__(
         self,
         middleware: Host,
-        scope: Scope,
         receive: Receive,
         send: Send,
         body: bytes,
-        token: RequestToken,
+        context: RequestContext,
     ) -> None:
         self.middleware = middleware
-        self.scope = scope
         self.receive = receive
         self.send = send
         self.body = body
-        self.token = token
+        self.context = context
+        self.token = context.token
 
-    async def run(self, context: RequestContext) -> None:
-        """Serve the request inside its registry block *context* (tracked, and the
-        current request for ``cancelled()``, its token this exchange's), watching for
-        its client to leave."""
-        async with context:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # not asyncio (trio): track only, the app owns receive
-                await self.middleware.app(
-                    self.scope, replay(self.body, None, self.receive), self.send
-                )
-                return
-            self.task = asyncio.current_task(loop)  # one running-loop lookup, not two
-            self.watchlist = watchlist = self.middleware.watchlists.add(self, loop)
-            try:
-                await self.middleware.app(self.scope, self._receive, self._send)
-            except asyncio.CancelledError:
-                task = self.task
-                if not self.killed or task is None or task.uncancel() > 0:
-                    raise
-            finally:
-                self.response_done = True  # nothing after this is a cancellation
-                watchlist.discard(self)
-                if self.killer is not None:
-                    self.killer.cancel()
-                if self.watcher is not None:
-                    self.watcher.cancel()
-                if self.token.cancelled:
-                    self._log_end()
+    # The middleware runs the app itself, between these three (no coroutine of the
+    # exchange's own on the app's await chain):
+    #
+    #     async with exchange.context:
+    #         receive, send = exchange.begin()
+    #         try:
+    #             await app(scope, receive, send)
+    #         except asyncio.CancelledError:
+    #             if not exchange.killed_by_timer():
+    #                 raise
+    #         finally:
+    #             exchange.end()
+
+    def begin(self) -> tuple[Receive, Send]:
+        """Start watching the request (inside its registry block, in its task); the
+        ``receive`` and ``send`` to give the app."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio (trio): track only, the app owns receive
+            return replay(self.body, None, self.receive), self.send
+        self.task = asyncio.current_task(loop)  # one running-loop lookup, not two
+        self.watchlist = self.middleware.watchlists.add(self, loop)
+        return self._receive, self._send
+
+    def killed_by_timer(self) -> bool:
+        """Whether the ``CancelledError`` ending the app is this exchange's kill timer's
+        alone (then the request ends quietly) rather than a cancellation from outside."""
+        task = self.task
+        return self.killed and task is not None and task.uncancel() == 0
+
+    def end(self) -> None:
+        """The app has returned or raised: nothing after this is a cancellation."""
+        self.response_done = True
+        if self.watchlist is not None:
+            self.watchlist.discard(self)
+        if self.killer is not None:
+            self.killer.cancel()
+        if self.watcher is not None:
+            self.watcher.cancel()
+        if self.token.cancelled:
+            self._log_end()
 
     def _log_end(self) -> None:
         """The one log line of a cancelled request: who, why, and how its work ended;

@@ -24,6 +24,7 @@ carries its tool's name on the token (:attr:`~mcp_cancellation.RequestToken.tool
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import ipaddress
@@ -198,7 +199,20 @@ class CancellationMiddleware:
             if scope.get("method") == "POST":
                 path = scope.get("path")
                 if path == self.path or self._on_path(path) or self._on_path(_route_path(scope)):
-                    await self._post(scope, receive, send)
+                    exchange = await self._post(scope, receive, send)
+                    if exchange is None:
+                        return  # answered, or passed through
+                    # A tracked request's app runs in this very frame: each time the app
+                    # resumes, it passes through one coroutine of the middleware, not three.
+                    async with exchange.context:
+                        app_receive, app_send = exchange.begin()
+                        try:
+                            await self.app(scope, app_receive, app_send)
+                        except asyncio.CancelledError:
+                            if not exchange.killed_by_timer():
+                                raise
+                        finally:
+                            exchange.end()
                     return
         elif kind == "lifespan":
             await self._lifespan(scope, receive, send)
@@ -259,7 +273,9 @@ class CancellationMiddleware:
 
     # -- POST on the MCP path ------------------------------------------------------------
 
-    async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _post(self, scope: Scope, receive: Receive, send: Send) -> Exchange | None:
+        """Read and classify a POST's body; answer or pass through everything but a
+        request to track, which is returned (``None`` when handled here)."""
         if not self._janitor_checked:
             self._janitor_checked = True
             self.registry.start_janitor()
@@ -272,12 +288,12 @@ class CancellationMiddleware:
             body: bytes = message.get("body", b"")
             if len(body) > self.max_body_bytes:
                 await self._too_large(send)
-                return
+                return None
         else:
             declared = header(scope, b"content-length")
             if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
                 await self._too_large(send)
-                return
+                return None
             chunks: list[bytes] = []
             size = 0
             while True:
@@ -288,7 +304,7 @@ class CancellationMiddleware:
                 size += len(chunk)
                 if size > self.max_body_bytes:
                     await self._too_large(send)
-                    return
+                    return None
                 if chunk:
                     chunks.append(chunk)
                 if not message.get("more_body", False):
@@ -314,14 +330,15 @@ class CancellationMiddleware:
             except InvalidRequestId:
                 # Not an id the SDK accepts either: let it answer the error.
                 await self.app(scope, replay(body, None, receive), send)
-                return
-            await Exchange(self, scope, receive, send, body, context.token).run(context)
-        elif kind == "cancel" and _jsonrpc.is_handshake_version(
+                return None
+            return Exchange(self, receive, send, body, context)
+        if kind == "cancel" and _jsonrpc.is_handshake_version(
             header(scope, b"mcp-protocol-version")
         ):
             await self._cancel(scope, receive, send, body, params)
         else:
             await self.app(scope, replay(body, trailing, receive), send)
+        return None
 
     async def _too_large(self, send: Send) -> None:
         await _jsonrpc.send_error(send, 413, _jsonrpc.INVALID_REQUEST, "Request body too large")
