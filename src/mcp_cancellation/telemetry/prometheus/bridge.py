@@ -211,8 +211,18 @@ class PrometheusBridge(Bridge):
 
     # -- signal receivers (hot path: a dict lookup and an increment each) --------------
 
-    def _on_cancelled(self, sender: object, *, scope: str, **_: object) -> None:
-        # never_raise, inlined: this receiver runs on every recorded cancellation.
+    def _on_cancelled(
+        self,
+        sender: object,
+        *,
+        scope: str,
+        request_id: object = None,
+        reason: object = None,
+        method: object = None,
+        **_: object,
+    ) -> None:
+        # never_raise, inlined: this receiver runs on every recorded cancellation. The
+        # signal's arguments are named, so that binding them fills no ``**_`` dict.
         try:
             self._cancelled.inc(scope_kind(scope))  # type: ignore[union-attr]
         except Exception:
