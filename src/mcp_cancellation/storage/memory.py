@@ -380,11 +380,14 @@ class MemoryStorage(SynchronousStorage):
         first = index[0] if index else None
         while first is not None:
             neg = first[0]
-            # (neg, -inf, "") sorts before every entry of this size, (neg, deadline, "")
-            # after exactly those whose oldest row is older than the deadline.
-            expired_scopes.extend(
-                index.irange((neg, -math.inf, ""), (neg, deadline, ""), inclusive=(True, False))
-            )
+            if first[1] < deadline:  # the oldest of this size expired: maybe more did
+                # (neg, -inf, "") sorts before every entry of this size, (neg, deadline,
+                # "") after exactly those whose oldest row is older than the deadline.
+                expired_scopes.extend(
+                    index.irange(
+                        (neg, -math.inf, ""), (neg, deadline, ""), inclusive=(True, False)
+                    )
+                )
             first = next(index.irange((neg + 1, -math.inf, "")), None)
         removed = 0
         for entry in expired_scopes:
