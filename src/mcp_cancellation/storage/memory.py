@@ -384,9 +384,7 @@ class MemoryStorage(SynchronousStorage):
                 # (neg, -inf, "") sorts before every entry of this size, (neg, deadline,
                 # "") after exactly those whose oldest row is older than the deadline.
                 expired_scopes.extend(
-                    index.irange(
-                        (neg, -math.inf, ""), (neg, deadline, ""), inclusive=(True, False)
-                    )
+                    index.irange((neg, -math.inf, ""), (neg, deadline, ""), inclusive=(True, False))
                 )
             first = next(index.irange((neg + 1, -math.inf, "")), None)
         removed = 0
