@@ -261,13 +261,17 @@ class Exchange:
             self.app_reading = True
             if self.watchlist is not None:
                 self.watchlist.discard(self)
+            receive = self.receive
             try:
-                await self._next_disconnect()
+                # Inline, not a helper coroutine: the app's listener waits here for the
+                # whole call, through one frame of the middleware's, not two.
+                while (await receive()).get("type") != "http.disconnect":
+                    pass
             except asyncio.CancelledError:
                 self.app_reading = False
                 self.start_watcher()  # the app stopped listening: keep watching
                 raise
-            await self._on_disconnect()
+            self._on_disconnect()
             return dict(_DISCONNECT)
         if not self.gone:
             if self.gone_event is None:
@@ -299,22 +303,18 @@ class Exchange:
         if self.gone_event is not None:
             self.gone_event.set()
 
-    async def _next_disconnect(self) -> None:
-        while True:
-            message = await self.receive()
-            if message.get("type") == "http.disconnect":
-                return
-
     async def _watch(self) -> None:
+        receive = self.receive
         try:
-            await self._next_disconnect()
-            await self._on_disconnect()
+            while (await receive()).get("type") != "http.disconnect":
+                pass
+            self._on_disconnect()
         except asyncio.CancelledError:
             raise
         except Exception:  # a watcher must never take the request down with it
             logger.exception("disconnect watcher failed")
 
-    async def _on_disconnect(self) -> None:
+    def _on_disconnect(self) -> None:
         """The client is gone: flip the token, report the cancellation, arm the kill timer."""
         if self.response_done or self.gone:
             return  # the response had ended: not a cancellation
