@@ -11,7 +11,7 @@ import pytest
 from mcp import Client
 
 from ..support import async_wait_until
-from .conftest import SSE_AND_JSON, Harness, Serve, call_body
+from .conftest import SSE_AND_JSON, Harness, Serve, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 
@@ -168,4 +168,50 @@ async def test_many_json_calls_each_see_their_own_disconnect(
             assert await harness.wait_outcome(request_id, "cancelled") == "cancelled"
     assert [c["request_id"] for c in harness.cancellations] == list(reversed(ids))
     assert all(c["method"] == "disconnect" for c in harness.cancellations)
+    await harness.wait_empty()
+
+
+async def test_closing_the_stream_of_a_cancelled_call_is_no_second_cancellation(
+    serve: Serve, http: httpx.AsyncClient, flavour: str, json_response: bool
+) -> None:
+    """A call cancelled by ``notifications/cancelled`` whose client then closes its stream
+    (what the mcp client does) was cancelled once: ``request.cancelled`` fires once, so
+    ``cancelled_total`` counts one. The closed stream still arms the kill timer."""
+    harness = serve(flavour, json_response=json_response)
+    body, headers = versioned_call(HANDSHAKE, "once", "hold", {"key": "k"})
+
+    async def call() -> None:
+        async with http.stream("POST", harness.url, json=body, headers=headers) as response:
+            async for _ in response.aiter_bytes():
+                pass
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        (key,) = await harness.wait_started()
+        answer = await http.post(harness.url, json=cancel_body(key), headers=SSE_AND_JSON)
+        assert answer.status_code == 202
+        assert [c["method"] for c in harness.cancellations] == ["notifications/cancelled"]
+        tg.cancel_scope.cancel()  # then the client closes the call's stream
+    # "hold" ignores the cancellation: only the kill timer, armed once the middleware saw
+    # the disconnect, ends it.
+    assert await harness.wait_outcome(key, "killed", "completed") == "killed"
+    assert [c["method"] for c in harness.cancellations] == ["notifications/cancelled"]
+    await harness.wait_empty()
+
+
+async def test_the_mcp_client_cancelling_at_2025_counts_one_cancellation(
+    serve: Serve, json_response: bool
+) -> None:
+    """The mcp client at 2025-11-25 POSTs ``notifications/cancelled`` and later closes the
+    call's stream: one cancellation."""
+    harness = serve("sdk", json_response=json_response)
+    async with Client(harness.url, mode="legacy") as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "hold", {"key": "k"})
+            (key,) = await harness.wait_started()
+            tg.cancel_scope.cancel()  # the client POSTs notifications/cancelled
+        await async_wait_until(lambda: len(harness.cancellations) >= 1, within=10)
+    # Leaving the client closed the call's stream: the kill timer ends "hold".
+    assert await harness.wait_outcome(key, "killed", "completed") == "killed"
+    assert [c["method"] for c in harness.cancellations] == ["notifications/cancelled"]
     await harness.wait_empty()

@@ -293,9 +293,9 @@ class Exchange:
         try:
             await self.send(message)
         except Exception:
-            if not self.gone:
-                self._set_gone()
-                self.token.set_cancelled(DISCONNECT_REASON)
+            # A server that raises for a client that is gone (uvicorn returns quietly): the
+            # same disconnect as an http.disconnect, unless the response had ended.
+            self._on_disconnect()
             raise
 
     def _set_gone(self) -> None:
@@ -315,20 +315,25 @@ class Exchange:
             logger.exception("disconnect watcher failed")
 
     def _on_disconnect(self) -> None:
-        """The client is gone: flip the token, report the cancellation, arm the kill timer."""
+        """The client is gone: flip the token, report the cancellation (unless the request
+        was cancelled already), arm the kill timer."""
         if self.response_done or self.gone:
             return  # the response had ended: not a cancellation
         self._set_gone()
+        token = self.token
+        # A request already cancelled (the mcp client POSTs notifications/cancelled, then
+        # drops the call's stream) was reported then: the same cancellation, not a second.
+        reported = token.cancelled
         # Flip this request's own token, and write no row: a row is keyed (scope, id), so
         # it would also cancel every other request of the scope using the same id (another
         # client behind the same address, a retry) though only this one's client left.
-        self.token.set_cancelled(DISCONNECT_REASON)
-        if signals.request_cancelled.receivers:
+        token.set_cancelled(DISCONNECT_REASON)
+        if not reported and signals.request_cancelled.receivers:
             try:
                 signals.request_cancelled.fire(
                     self.middleware.registry,
-                    request_id=self.token.request_id,
-                    scope=self.token.scope,
+                    request_id=token.request_id,
+                    scope=token.scope,
                     reason=DISCONNECT_REASON,
                     method="disconnect",
                 )
