@@ -215,3 +215,15 @@ async def test_the_mcp_client_cancelling_at_2025_counts_one_cancellation(
     assert await harness.wait_outcome(key, "killed", "completed") == "killed"
     assert [c["method"] for c in harness.cancellations] == ["notifications/cancelled"]
     await harness.wait_empty()
+
+
+async def test_a_call_whose_id_the_registry_cannot_key_is_still_stopped_by_a_disconnect(
+    serve: Serve, http: httpx.AsyncClient, flavour: str, json_response: bool
+) -> None:
+    """The SDKs serve a call with a 300-byte string id; the registry keys ids of at most
+    256 bytes, so the call is not in the table, but closing its stream still cancels it."""
+    harness = serve(flavour, json_response=json_response)
+    await call_then_hang_up(harness, http, HANDSHAKE, "stuck", "y" * 300)
+    assert await harness.wait_outcome("", "killed", "completed") == "killed"
+    assert [(c["request_id"], c["method"]) for c in harness.cancellations] == [("", "disconnect")]
+    await harness.wait_empty()

@@ -325,12 +325,15 @@ class CancellationMiddleware:
                 # must not mint label values with made-up names.
                 name = params.get("name") if isinstance(params, dict) else None
                 tool = name if isinstance(name, str) and name in self._tool_names else OTHER_TOOL
+            caller = self.caller_scope(scope)
             try:
-                context = self.registry.request(request_id, self.caller_scope(scope), tool=tool)
+                context = self.registry.request(request_id, caller, tool=tool)
             except InvalidRequestId:
-                # Not an id the SDK accepts either: let it answer the error.
-                await self.app(scope, replay(body, None, receive), send)
-                return None
+                # An id the registry cannot key (a string over 256 UTF-8 bytes, a float,
+                # ...): the SDK answers or serves it as it sees fit. Such a call is not in the
+                # table (no notification can name it: its id is refused), but a disconnect
+                # still cancels it, like any other call.
+                context = self.registry.request(None, caller, tool=tool)
             return Exchange(self, receive, send, body, context)
         if kind == "cancel" and _jsonrpc.is_handshake_version(
             header(scope, b"mcp-protocol-version")
