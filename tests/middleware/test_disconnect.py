@@ -3,6 +3,7 @@ response modes, polling tools and tools that never poll."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -35,10 +36,17 @@ def versioned_call(
 
 
 async def call_then_hang_up(
-    harness: Harness, http: httpx.AsyncClient, version: str, tool: str, request_id: object
+    harness: Harness,
+    http: httpx.AsyncClient,
+    version: str,
+    tool: str,
+    request_id: object,
+    arguments: dict[str, Any] | None = None,
+    before_hang_up: Callable[[str], Awaitable[None]] | None = None,
 ) -> str:
-    """Start *tool*, wait until it runs, then close the connection; return its key."""
-    body, headers = versioned_call(version, request_id, tool, {"seconds": 30})
+    """Start *tool*, wait until it runs (then await *before_hang_up* with its key), then
+    close the connection; return its key."""
+    body, headers = versioned_call(version, request_id, tool, arguments or {"seconds": 30})
 
     async def call() -> None:
         async with http.stream("POST", harness.url, json=body, headers=headers) as response:
@@ -48,6 +56,8 @@ async def call_then_hang_up(
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)
         (key,) = await harness.wait_started()
+        if before_hang_up is not None:
+            await before_hang_up(key)
         tg.cancel_scope.cancel()  # abandons the response: httpx closes the connection
     return key
 
@@ -178,20 +188,14 @@ async def test_closing_the_stream_of_a_cancelled_call_is_no_second_cancellation(
     (what the mcp client does) was cancelled once: ``request.cancelled`` fires once, so
     ``cancelled_total`` counts one. The closed stream still arms the kill timer."""
     harness = serve(flavour, json_response=json_response)
-    body, headers = versioned_call(HANDSHAKE, "once", "hold", {"key": "k"})
 
-    async def call() -> None:
-        async with http.stream("POST", harness.url, json=body, headers=headers) as response:
-            async for _ in response.aiter_bytes():
-                pass
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(call)
-        (key,) = await harness.wait_started()
+    async def cancel(key: str) -> None:
         answer = await http.post(harness.url, json=cancel_body(key), headers=SSE_AND_JSON)
         assert answer.status_code == 202
         assert [c["method"] for c in harness.cancellations] == ["notifications/cancelled"]
-        tg.cancel_scope.cancel()  # then the client closes the call's stream
+
+    # The notification first, then the client closes the call's stream.
+    key = await call_then_hang_up(harness, http, HANDSHAKE, "hold", "once", {"key": "k"}, cancel)
     # "hold" ignores the cancellation: only the kill timer, armed once the middleware saw
     # the disconnect, ends it.
     assert await harness.wait_outcome(key, "killed", "completed") == "killed"
