@@ -205,7 +205,9 @@ class Exchange:
 
     def killed_by_timer(self) -> bool:
         """Whether the ``CancelledError`` ending the app is this exchange's kill timer's
-        alone (then the request ends quietly) rather than a cancellation from outside."""
+        alone (then the request ends quietly) rather than a cancellation from outside.
+        When the timer killed the task, this takes its ``cancel()`` back (``uncancel``):
+        call it once, from the ``except`` that caught the error."""
         task = self.task
         return self.killed and task is not None and task.uncancel() == 0
 
