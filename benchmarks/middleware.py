@@ -299,55 +299,57 @@ async def in_process_overhead(count: int = 20_000) -> dict[str, float]:
     return figures
 
 
-async def in_process_real_sdk(json_response: bool, count: int = 1_500) -> tuple[float, float]:
-    """CPU seconds per ``tools/call`` of the demo's ``MCPServer`` app called in process (no
-    network, no clients): bare, and behind the middleware, in 6 alternating rounds (the
-    medians). Unlike the stub figure above, the middleware's work here runs between the
-    SDK's, with the caches as a server leaves them."""
+async def call_in_process(app: Any) -> None:
+    """One ``tools/call echo`` POST to *app* in process, as uvicorn would hand it over (a
+    fresh id each time); checks that it was answered 200."""
+    body = json.dumps(tool_call()).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "root_path": "",
+        "query_string": b"",
+        "headers": list(_IN_PROCESS_HEADERS),
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+    ended = asyncio.Event()
+    status: list[int] = []
 
+    async def receive() -> Any:
+        if pending:
+            return pending.pop()
+        await ended.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+        elif not message.get("more_body", False):
+            ended.set()
+
+    await app(scope, receive, send)
+    assert status == [200], status
+
+
+_IN_PROCESS_HEADERS = [
+    (b"host", b"127.0.0.1:8000"),
+    *((k.encode(), v.encode()) for k, v in HEADERS.items()),
+]
+
+
+@contextlib.asynccontextmanager
+async def demo_apps(json_response: bool) -> AsyncIterator[dict[str, Any]]:
+    """The demo's ``MCPServer`` app, ``bare`` and ``wrapped`` in the middleware, each a
+    separate app with its lifespan running."""
     from mcp_cancellation import CancellationMiddleware, CancellationRegistry
     from mcp_cancellation.demo import build_demo_server
-
-    headers = [
-        (b"host", b"127.0.0.1:8000"),
-        *((k.encode(), v.encode()) for k, v in HEADERS.items()),
-    ]
-
-    async def call(app: Any) -> None:
-        body = json.dumps(tool_call()).encode()
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/mcp",
-            "raw_path": b"/mcp",
-            "root_path": "",
-            "query_string": b"",
-            "headers": list(headers),
-            "client": ("127.0.0.1", 40000),
-            "server": ("127.0.0.1", 8000),
-            "state": {},
-        }
-        pending = [{"type": "http.request", "body": body, "more_body": False}]
-        ended = asyncio.Event()
-        status: list[int] = []
-
-        async def receive() -> Any:
-            if pending:
-                return pending.pop()
-            await ended.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                status.append(message["status"])
-            elif not message.get("more_body", False):
-                ended.set()
-
-        await app(scope, receive, send)
-        assert status == [200], status
 
     apps: dict[str, tuple[Any, Any]] = {}
     for kind in ("bare", "wrapped"):
@@ -360,18 +362,27 @@ async def in_process_real_sdk(json_response: bool, count: int = 1_500) -> tuple[
             else inner
         )
         apps[kind] = (inner, outer)
-    cpu: dict[str, list[float]] = {"bare": [], "wrapped": []}
     async with contextlib.AsyncExitStack() as stack:
         for inner, _ in apps.values():
             await stack.enter_async_context(inner.router.lifespan_context(inner))
-        for _, outer in apps.values():
+        yield {kind: outer for kind, (_, outer) in apps.items()}
+
+
+async def in_process_real_sdk(json_response: bool, count: int = 1_500) -> tuple[float, float]:
+    """CPU seconds per ``tools/call`` of the demo's ``MCPServer`` app called in process (no
+    network, no clients): bare, and behind the middleware, in 6 alternating rounds (the
+    medians). Unlike the stub figure above, the middleware's work here runs between the
+    SDK's, with the caches as a server leaves them."""
+    cpu: dict[str, list[float]] = {"bare": [], "wrapped": []}
+    async with demo_apps(json_response) as apps:
+        for app in apps.values():
             for _ in range(50):  # warm up
-                await call(outer)
+                await call_in_process(app)
         for _ in range(6):
-            for kind, (_, outer) in apps.items():
+            for kind, app in apps.items():
                 started = time.process_time()
                 for _ in range(count):
-                    await call(outer)
+                    await call_in_process(app)
                 cpu[kind].append((time.process_time() - started) / count)
     return statistics.median(cpu["bare"]), statistics.median(cpu["wrapped"])
 
