@@ -12,11 +12,11 @@ import pytest
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from mcp_cancellation import CancellationRegistry, StorageUnavailable
+from mcp_cancellation import CancellationRegistry, RequestToken, StorageUnavailable
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ..support import RedisServer, async_wait_until
-from .conftest import MakeRegistry
+from .conftest import MakeRegistry, ObservedRedisStorage
 
 pytestmark = pytest.mark.redis
 
@@ -192,6 +192,86 @@ async def test_rows_a_failed_finish_left_are_released_when_redis_returns() -> No
 
 async def _untracked(observer: RedisStorage) -> bool:
     return not await observer.is_tracked("s", "r")
+
+
+def _persistent() -> RedisServer:
+    """A redis-server whose rows survive a restart (every write on disk first)."""
+    return RedisServer("--appendonly", "yes", "--appendfsync", "always")
+
+
+async def _row_gone(observer: RedisStorage) -> bool:
+    found, _ = await observer.get("s", "r")
+    return not found
+
+
+async def test_a_cancellation_row_a_failed_finish_left_is_removed_when_redis_returns() -> None:
+    # Left in place, the row would start the next request with the same id cancelled until
+    # its TTL (clients reuse ids: every new mcp client session counts from the same start).
+    with _persistent() as server:
+        storage = RedisStorage.from_url(server.url, prefix="aof", **FAST)  # type: ignore[arg-type]
+        registry = CancellationRegistry(storage, janitor_interval=None)
+        observer = RedisStorage.from_url(server.url, prefix="aof", **FAST)  # type: ignore[arg-type]
+        try:
+            async with registry.request("r", "s") as token:
+                assert await registry.cancel_in_flight("r", "stop", scope="s")
+                assert token.cancelled
+                server.stop()
+            # finish() failed: neither its untrack nor its row removal reached Redis.
+            server.start()
+            assert (await observer.get("s", "r")) == (True, "stop")  # back from disk ...
+            # ... and removed by the worker itself once it reconnects, with the in-flight row.
+            await async_wait_until(_quietly(_row_gone, observer), within=10)
+            await async_wait_until(_quietly(_untracked, observer), within=10)
+            async with registry.request("r", "s") as token:
+                assert not token.cancelled
+            stats = await observer.stats()
+            assert (stats.total_rows, stats.total_in_flight) == (0, 0)
+        finally:
+            await registry.aclose()
+            await observer.aclose()
+
+
+async def test_an_owed_row_removal_spares_a_request_with_that_id_still_in_flight() -> None:
+    # The row cancels every request of (scope, id): while one of them still runs on another
+    # worker, the late removal leaves the row to that request's own finish.
+    with _persistent() as server:
+        options: dict[str, Any] = {"prefix": "aof", **FAST}
+        failing = ObservedRedisStorage.from_url(server.url, **options)
+        running = ObservedRedisStorage.from_url(server.url, **options)
+        first = CancellationRegistry(failing, janitor_interval=None)
+        second = CancellationRegistry(running, janitor_interval=None)
+        observer = RedisStorage.from_url(server.url, **options)
+        inside, leave = asyncio.Event(), asyncio.Event()
+        other: list[RequestToken] = []
+
+        async def still_running() -> None:
+            async with second.request("r", "s") as token:
+                other.append(token)
+                inside.set()
+                await leave.wait()
+
+        try:
+            task = asyncio.create_task(still_running())
+            await inside.wait()
+            async with first.request("r", "s") as token:
+                assert await first.cancel_in_flight("r", "stop", scope="s")
+                assert token.cancelled
+                await async_wait_until(lambda: other[0].cancelled)  # pushed to the other
+                server.stop()
+            resyncs = failing.resyncs
+            server.start()
+            # The failing worker's first whole resync after the restart (a resync that
+            # fails raises before it is counted) ran the owed removal: the row stays.
+            await async_wait_until(lambda: failing.resyncs > resyncs, within=10)
+            assert (await observer.get("s", "r")) == (True, "stop")
+            leave.set()
+            await asyncio.wait_for(task, 10)
+            assert await _row_gone(observer)  # removed by that request's own finish
+        finally:
+            leave.set()
+            await first.aclose()
+            await second.aclose()
+            await observer.aclose()
 
 
 async def test_a_silent_pub_sub_connection_is_replaced(

@@ -30,8 +30,9 @@ semantics of :class:`~mcp_cancellation.MemoryStorage`:
   connection errors and timeouts become :class:`~mcp_cancellation.StorageUnavailable`.
   Nothing needs a restart when Redis comes back: the client reconnects on the next call
   and the listener reconnects with exponential backoff. :meth:`finish` completes even if
-  the calling task is cancelled meanwhile; if Redis is unreachable its rows are queued
-  and released by the next resync or cleanup.
+  the calling task is cancelled meanwhile; if Redis is unreachable its in-flight row is
+  queued and released by the next resync or cleanup, and its cancellation row, if any, is
+  removed by the next resync.
 
 The package is split by job: :mod:`._codec` (values on the wire), :mod:`._scripts` (the
 key layout; the Lua scripts themselves are ``lua/*.lua``), :mod:`._connect` (a client

@@ -1,5 +1,6 @@
-"""This worker's half of the Redis table: the tokens it flips, and the rows it still owes
-Redis a release for (the orphans). One lock, one owner of both."""
+"""This worker's half of the Redis table: the tokens it flips, and what it still owes Redis
+(the in-flight rows to release, the orphans, and the cancellation rows a failed finish
+left). One lock, one owner of all three."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ __all__ = ["LocalRequests"]
 
 
 class LocalRequests:
-    """In-flight tokens of this worker, and *orphans*: rows whose untrack or finish did not
-    reach Redis (unavailable, or cancelled midway), released by the next resync or cleanup.
+    """In-flight tokens of this worker; *orphans*, rows whose untrack or finish did not
+    reach Redis (unavailable, or cancelled midway), released by the next resync or
+    cleanup; and *owed clears*, the ``(scope, key)`` of each request whose finish did not
+    reach Redis, whose cancellation row the next resync removes as that finish would have.
 
     Safe from any thread.
     """
@@ -26,6 +29,7 @@ class LocalRequests:
         self._lock = threading.Lock()
         self._tokens = InFlightTokens()
         self._orphans: set[Row] = set()
+        self._clears: set[tuple[str, str]] = set()
 
     # -- tokens ------------------------------------------------------------------------
 
@@ -87,6 +91,21 @@ class LocalRequests:
         with self._lock:
             self._orphans.difference_update(rows)
 
+    def owe_clear(self, scope: str, key: str) -> None:
+        """Owe Redis the removal of the cancellation row of ``(scope, key)``."""
+        with self._lock:
+            self._clears.add((scope, key))
+
+    def owed_clears(self) -> list[tuple[str, str]]:
+        """The cancellation rows owed a removal, sorted."""
+        with self._lock:
+            return sorted(self._clears)
+
+    def cleared(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """The removals of *pairs* reached Redis."""
+        with self._lock:
+            self._clears.difference_update(pairs)
+
     @property
     def owes_releases(self) -> bool:
-        return bool(self._orphans)
+        return bool(self._orphans or self._clears)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -37,6 +38,8 @@ logger = logging.getLogger("mcp_cancellation.redis")
 
 #: Runs one of the storage's Lua scripts by name with the given arguments.
 RunScript = Callable[..., Awaitable[Any]]
+#: Cancellation rows owed a removal that one script removes at most.
+CLEAR_BATCH = 500
 
 
 class Subscription(Protocol):
@@ -275,4 +278,18 @@ class Push:
                     flipped += 1
             if gone:
                 self._resync_wanted.set()
+            await self._clear_owed()
             return flipped
+
+    async def _clear_owed(self) -> None:
+        """Remove the cancellation rows that failed finishes left, after the re-tracking
+        (a request of this worker with the same id, in flight again, keeps its row), in
+        batches of :data:`CLEAR_BATCH`, so that no script runs long."""
+        owed = self._local.owed_clears()
+        for start in range(0, len(owed), CLEAR_BATCH):
+            batch = owed[start : start + CLEAR_BATCH]
+            args: list[bytes | str | int] = []
+            for scope, key in batch:
+                args += [to_bytes(scope), to_bytes(key)]
+            await self._home.call(functools.partial(self._run_script, "CLEAR", *args), "resync")
+            self._local.cleared(batch)

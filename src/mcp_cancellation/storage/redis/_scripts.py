@@ -60,7 +60,17 @@ from importlib import resources
 __all__ = ["NAMES", "source"]
 
 #: The scripts, by the name the storage calls them with.
-NAMES = ("ADD", "TRACK", "UNTRACK", "REMOVE", "FINISH", "SUMMARY", "RESYNC", "CLEANUP")
+NAMES = (
+    "ADD",
+    "TRACK",
+    "UNTRACK",
+    "REMOVE",
+    "FINISH",
+    "CLEAR",
+    "SUMMARY",
+    "RESYNC",
+    "CLEANUP",
+)
 
 
 @functools.cache

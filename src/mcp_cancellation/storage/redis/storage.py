@@ -346,7 +346,10 @@ class RedisStorage(Storage):
             try:
                 await self._run("FINISH", to_bytes(scope), to_bytes(key), to_bytes(owner))
             except StorageUnavailable:
+                # Owe both halves: left in place, the cancellation row would start the
+                # next request with this id cancelled (clients reuse ids) until its TTL.
                 self._local.orphan([row])
+                self._local.owe_clear(scope, key)
                 raise
 
         await self._home.to_completion(run)
