@@ -1,6 +1,6 @@
 """This worker's half of the Redis table: the tokens it flips, and what it still owes Redis
-(the in-flight rows to release, the orphans, and the cancellation rows a failed finish
-left). One lock, one owner of all three."""
+(the in-flight rows it could not release, its *orphans*, and the removal of the
+cancellation rows a failed finish left). One lock, one owner of all three."""
 
 from __future__ import annotations
 
