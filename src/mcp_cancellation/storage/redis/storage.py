@@ -36,6 +36,7 @@ from ._push import ChannelSubscription, Push, Subscription
 with requires("redis", "RedisStorage"):
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
+    from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
     from redis.commands.core import AsyncScript
@@ -108,9 +109,9 @@ class RedisStorage(Storage):
         self._bound = False
         self._used = False  # once a call was made, the worker id is fixed
         self.cluster = is_cluster(client)
+        self._sources = {name: scripts.source(name, sharded=self.cluster) for name in scripts.NAMES}
         self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(scripts.source(name, sharded=self.cluster))
-            for name in scripts.NAMES
+            name: client.register_script(text) for name, text in self._sources.items()
         }
         self._local = LocalRequests()
         self._health = Health(self, "Redis")
@@ -243,7 +244,15 @@ class RedisStorage(Storage):
             self._push.start()
 
     async def _script(self, name: str, *args: bytes | str | int) -> Any:
-        return await self._scripts[name](keys=[self._routing_key], args=[self._prefix, *args])
+        argv = [self._prefix, *args]
+        try:
+            # EVALSHA; on NOSCRIPT redis-py loads the script and tries once more.
+            return await self._scripts[name](keys=[self._routing_key], args=argv)
+        except NoScriptError:
+            # Still unknown where the command went: on a cluster, a replica just promoted
+            # by a failover, which SCRIPT LOAD (sent to the primaries the client knew of)
+            # missed. EVAL carries the text, and leaves it in that node's cache.
+            return await self._redis.eval(self._sources[name], 1, self._routing_key, *argv)
 
     async def _run(self, name: str, *args: bytes | str | int, operation: str = "") -> Any:
         """One script, on the home loop, bounded and translated; a failure is reported
