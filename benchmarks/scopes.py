@@ -17,10 +17,10 @@ cap of N rows with N one-row scopes, the shape an address-rotation flood leaves.
   (the janitor's usual pass, every 60 s by default).
 
 The scrape and the janitor pass are timed from cold caches at every size (see
-``_timed``). Each is the best of a few rounds. The baseline is the same figure at the smallest size,
-measured in the same run: the goal is a ratio of at most 2x at every size, for both
-storages (the index makes each step O(log n), and log n grows about 2x from 1 000 to
-1 000 000 scopes, which a sorted list and Redis's skiplists mostly absorb).
+``_timed``). Each is the best of a few rounds. The baseline is the same figure at the
+smallest size, measured in the same run: the goal is a ratio of at most 2x at every size,
+for both storages (the index makes each step O(log n), and log n grows about 2x from 1 000
+to 1 000 000 scopes, which a sorted list and Redis's skiplists mostly absorb).
 """
 
 from __future__ import annotations
