@@ -18,7 +18,7 @@ The package is split by job: :mod:`.catalogue` (names, types, labels, help),
 
 Usage::
 
-    app = Starlette(routes=[Mount("/metrics", metrics_app(registry))])   # or the demo
+    app = Starlette(routes=[Route("/metrics", metrics_app(registry))])   # or the demo
 
 or, with your own ``prometheus_client`` setup::
 
