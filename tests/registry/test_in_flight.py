@@ -69,6 +69,26 @@ async def test_two_requests_reusing_an_id_each_hold_a_row(registry: Cancellation
     assert await rows(registry) == {}
 
 
+async def test_a_cancellation_names_every_request_with_its_id_in_the_scope(
+    registry: CancellationRegistry,
+) -> None:
+    """Rows are keyed by scope and id: two clients sharing an address (one ``ip:`` scope)
+    with the same id in flight are both cancelled by a notification for that id, as
+    docs/guide.md warns; a request in another scope is not."""
+    first, second = (
+        HeldRequest(registry, 2, "ip:192.0.2.7"),
+        HeldRequest(registry, 2, "ip:192.0.2.7"),
+    )
+    elsewhere = HeldRequest(registry, 2, "ip:192.0.2.8")
+    tokens = [await first.started(), await second.started(), await elsewhere.started()]
+    assert await registry.cancel_in_flight(2, "one of them", scope="ip:192.0.2.7")
+    assert [token.cancelled for token in tokens] == [True, True, False]
+    for request in (first, second, elsewhere):
+        await request.finish()
+    assert await in_flight(registry) == {}
+    assert await rows(registry) == {}
+
+
 async def test_untrack_removes_only_the_callers_own_row(registry: CancellationRegistry) -> None:
     first, second = _Tracked(registry, 1, "s"), _Tracked(registry, 1, "s")
     await first.started()
