@@ -142,7 +142,9 @@ def build_sdk_app(log: ToolLog, *, json_response: bool, stateless: bool = True) 
     return server.streamable_http_app(stateless_http=stateless, json_response=json_response)
 
 
-def build_fastmcp_app(log: ToolLog, *, json_response: bool, middleware: Any = None) -> Any:
+def build_fastmcp_app(
+    log: ToolLog, *, json_response: bool, middleware: Any = None, stateless: bool = True
+) -> Any:
     """The same tools on FastMCP (``fastmcp_middleware()`` answers -32800)."""
     from fastmcp import FastMCP
 
@@ -167,7 +169,7 @@ def build_fastmcp_app(log: ToolLog, *, json_response: bool, middleware: Any = No
         return text
 
     return server.http_app(
-        path="/mcp", stateless_http=True, json_response=json_response, middleware=middleware
+        path="/mcp", stateless_http=stateless, json_response=json_response, middleware=middleware
     )
 
 
@@ -241,6 +243,7 @@ def serve() -> Iterator[Serve]:
                 log,
                 json_response=json_response,
                 middleware=[Middleware(CancellationMiddleware, registry=registry, **options)],
+                stateless=stateless,
             )
         else:  # pragma: no cover
             raise ValueError(flavour)

@@ -24,6 +24,8 @@ __all__ = [
     "CANCELLED_METHOD",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
+    "INITIALIZE",
+    "INITIALIZE_METHOD",
     "INVALID_REQUEST",
     "QUOTA_ERROR",
     "OTHER",
@@ -68,6 +70,9 @@ Message = tuple[Kind, object, object, "str | None"]
 
 #: Everything the middleware passes through untouched.
 OTHER: Final[Message] = ("other", None, None, None)
+INITIALIZE_METHOD: Final = "initialize"
+#: ``initialize`` is passed through too; the middleware reads the session id of its answer.
+INITIALIZE: Final[Message] = ("other", None, None, INITIALIZE_METHOD)
 
 
 #: The method whose ``params.name`` is the tool a request calls.
@@ -88,8 +93,8 @@ def classify(body: bytes) -> Message:
     if not isinstance(method, str):
         return OTHER  # a response, or a malformed envelope
     if "id" in decoded:
-        if method == "initialize":
-            return OTHER
+        if method == INITIALIZE_METHOD:
+            return INITIALIZE
         params = decoded.get("params") if method == TOOLS_CALL_METHOD else None
         return ("request", decoded["id"], params, method)
     if method == CANCELLED_METHOD:

@@ -17,7 +17,9 @@ byte for byte for the inner app, and:
 * passes everything else through untouched, and never buffers a response.
 
 The caller's scope is :func:`~mcp_cancellation.scope_of` of the ASGI scope, after an
-optional ``session_resolver`` put a server-validated session id in it. A ``tools/call``
+optional ``session_resolver``, or else a session id the server issued (a stateful server's
+``Mcp-Session-Id``, learned from its answers to ``initialize``), put a server-validated
+session id in it. A ``tools/call``
 carries its tool's name on the token (:attr:`~mcp_cancellation.RequestToken.tool`, the
 ``tool`` metric label) when *tools* lists it, else ``other``.
 """
@@ -53,7 +55,8 @@ if TYPE_CHECKING:
     )
 from . import _jsonrpc
 from ._exchange import DISCONNECT_REASON, Exchange, Watchlists, replay
-from ._jsonrpc import OTHER, TOOLS_CALL_METHOD, classify
+from ._jsonrpc import INITIALIZE_METHOD, OTHER, TOOLS_CALL_METHOD, classify
+from ._sessions import SESSION_HEADER, IssuedSessions
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -96,7 +99,10 @@ class CancellationMiddleware:
     ``transport_security`` the same ``TransportSecuritySettings`` as the SDK app (which
     turns DNS-rebinding protection on by itself for loopback hosts): the middleware answers
     ``notifications/cancelled`` in front of the SDK and applies that Host/Origin check
-    there too. Invalid settings raise
+    there too. With ``issued_sessions`` (the default), a request carrying an
+    ``Mcp-Session-Id`` that the server issued in its answer to ``initialize`` is scoped by
+    that session (a stateful server's sessions at one address stay apart, as in the SDK);
+    ``session_resolver`` comes first. Invalid settings raise
     :class:`~mcp_cancellation.ConfigurationError` here.
 
     The janitor of the registry starts on ASGI lifespan startup (or at the first request
@@ -115,6 +121,7 @@ class CancellationMiddleware:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         transport_security: TransportSecuritySettings | None = None,
         tools: ToolNames | None = None,
+        issued_sessions: bool = True,
     ) -> None:
         if not isinstance(path, str) or not path.startswith("/"):
             raise ConfigurationError(f"path must start with '/', not {path!r}")
@@ -164,6 +171,8 @@ class CancellationMiddleware:
                 from mcp.server.transport_security import TransportSecurityMiddleware
 
             self._security = TransportSecurityMiddleware(transport_security)
+        #: The session ids the server issued (``issued_sessions``), else ``None``.
+        self.sessions: IssuedSessions | None = IssuedSessions() if issued_sessions else None
         self._janitor_checked = False
         self.watchlists = Watchlists()  # starts the disconnect watchers of long requests
 
@@ -196,7 +205,8 @@ class CancellationMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            if scope.get("method") == "POST":
+            method = scope.get("method")
+            if method == "POST":
                 path = scope.get("path")
                 if path == self.path or self._on_path(path) or self._on_path(_route_path(scope)):
                     exchange = await self._post(scope, receive, send)
@@ -214,6 +224,10 @@ class CancellationMiddleware:
                         finally:
                             exchange.end()
                     return
+            elif method == "DELETE" and self.sessions:
+                session_id = header(scope, SESSION_HEADER)
+                if session_id is not None:  # the end of a session: forget it once accepted
+                    send = self.sessions.forgetting(session_id, send)
         elif kind == "lifespan":
             await self._lifespan(scope, receive, send)
             return
@@ -235,6 +249,11 @@ class CancellationMiddleware:
                 session = None
             if isinstance(session, str) and session:
                 scope[SESSION_KEY] = session
+        sessions = self.sessions
+        if sessions and SESSION_KEY not in scope:
+            session_id = header(scope, SESSION_HEADER)
+            if session_id is not None and sessions.known(session_id):
+                scope[SESSION_KEY] = session_id
         if (
             not self.trusted_proxies
             and SESSION_KEY not in scope
@@ -340,6 +359,8 @@ class CancellationMiddleware:
         ):
             await self._cancel(scope, receive, send, body, params)
         else:
+            if method == INITIALIZE_METHOD and self.sessions is not None:
+                send = self.sessions.learning(send)  # a stateful server names the session
             await self.app(scope, replay(body, trailing, receive), send)
         return None
 

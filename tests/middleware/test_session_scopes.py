@@ -1,0 +1,134 @@
+"""A session the server issued scopes its requests: two stateful sessions at one address
+cancel only their own calls although their ids repeat, as in the SDK alone; a session id
+the server never issued scopes nothing, and a terminated session is forgotten."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+
+from mcp_cancellation import CancellationMiddleware, CancellationRegistry, MemoryStorage, signals
+from mcp_cancellation.integrations._sessions import IssuedSessions
+
+from ..support import UvicornThread, async_wait_until
+from .conftest import SSE_AND_JSON, Serve, ToolLog, build_sdk_app, call_body, cancel_body
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
+async def test_two_sessions_at_one_address_cancel_only_their_own_calls(
+    serve: Serve, flavour: str, json_response: bool
+) -> None:
+    harness = serve(flavour, json_response=json_response, stateless=False)
+    stopped: list[dict[str, Any]] = []
+
+    def record(sender: object, **kwargs: Any) -> None:
+        stopped.append(kwargs)
+
+    with signals.request_stopped.connected_to(record, sender=harness.registry):
+        async with Client(harness.url, mode="legacy") as a, Client(harness.url, mode="legacy") as b:
+            results: dict[str, Any] = {}
+
+            async def call_b() -> None:
+                results["b"] = await b.call_tool("hold", {"key": "b"})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call_b)
+                (key,) = await harness.wait_started()
+                with anyio.move_on_after(30) as scope:
+                    async with anyio.create_task_group() as inner:
+
+                        async def cancel_once_started() -> None:
+                            # Both sessions' calls run, with the same id.
+                            await async_wait_until(
+                                lambda: harness.log.outcomes[key].count("started") == 2
+                            )
+                            scope.cancel()  # a's client POSTs notifications/cancelled
+
+                        inner.start_soon(cancel_once_started)
+                        await a.call_tool("poll", {"seconds": 30})
+                assert scope.cancelled_caught
+                # a's call has ended (stopped); only then is b's released.
+                await async_wait_until(lambda: len(stopped) == 1)
+                harness.log.release("b")
+            assert not results["b"].is_error
+    # Only a's call was cancelled, in a's own session scope; b's ran on untouched.
+    assert [(s["request_id"], s["outcome"]) for s in stopped] == [(key, "stopped")]
+    assert stopped[0]["scope"].startswith("session:")
+    assert [c["scope"] for c in harness.cancellations] == [stopped[0]["scope"]]
+    await harness.wait_empty()
+
+
+async def test_a_session_id_the_server_never_issued_scopes_nothing(
+    serve: Serve, http: httpx.AsyncClient
+) -> None:
+    """Any client can set the header: a made-up id leaves the call in the address's
+    scope, where a notification without the header still finds it."""
+    harness = serve("sdk", json_response=True)
+    forged = {**SSE_AND_JSON, "mcp-session-id": "0123456789abcdef0123456789abcdef"}
+    answers: list[httpx.Response] = []
+
+    async def call() -> None:
+        body = call_body("forged", "poll", {"seconds": 30})
+        answers.append(await http.post(harness.url, json=body, headers=forged))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await harness.wait_started()
+        answer = await http.post(harness.url, json=cancel_body("forged"), headers=SSE_AND_JSON)
+        assert answer.status_code == 202
+    assert [c["scope"] for c in harness.cancellations] == ["ip:127.0.0.1"]
+    assert answers[0].json()["error"]["code"] == -32800
+    await harness.wait_empty()
+
+
+async def test_a_terminated_session_is_forgotten() -> None:
+    log = ToolLog()
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    middleware = CancellationMiddleware(
+        build_sdk_app(log, json_response=True, stateless=False), registry=registry
+    )
+    assert middleware.sessions is not None
+    with UvicornThread(middleware, proxy_headers=False) as server:
+        url = server.url + "/mcp"
+        async with Client(url, mode="legacy") as client:
+            assert len(middleware.sessions) == 1  # learned from the answer to initialize
+            assert not (await client.call_tool("echo", {"text": "hi"})).is_error
+        # The client's DELETE ended the session.
+        await async_wait_until(lambda: len(middleware.sessions or ()) == 0)
+    await registry.aclose()
+
+
+def test_issued_sessions_are_bounded_least_recently_used_first() -> None:
+    sessions = IssuedSessions(limit=2)
+    sessions.learn(b"a")
+    sessions.learn(b"b")
+    assert sessions.known("a")  # a is now the most recently used
+    sessions.learn(b"c")
+    assert (sessions.known("a"), sessions.known("b"), sessions.known("c")) == (True, False, True)
+    sessions.learn(b"x" * 257)  # longer than any id the middleware keeps
+    sessions.learn(b"")
+    assert len(sessions) == 2
+    sessions.forget("a")
+    sessions.forget("never issued")
+    assert not sessions.known("a")
+    assert len(sessions) == 1
+
+
+async def test_with_issued_sessions_off_a_session_is_scoped_by_its_address(
+    serve: Serve,
+) -> None:
+    harness = serve("sdk", json_response=False, stateless=False, issued_sessions=False)
+    async with Client(harness.url, mode="legacy") as client:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.call_tool, "poll", {"seconds": 30})
+            await harness.wait_started()
+            tg.cancel_scope.cancel()  # the client POSTs notifications/cancelled
+        await async_wait_until(lambda: len(harness.cancellations) == 1)
+    assert harness.cancellations[0]["scope"] == "ip:127.0.0.1"
+    await harness.wait_empty()
