@@ -22,10 +22,10 @@ except ImportError:  # pragma: no cover - pydantic comes with every MCP SDK
 
 __all__ = [
     "CANCELLED_METHOD",
-    "INTERNAL_ERROR",
-    "INVALID_PARAMS",
     "INITIALIZE",
     "INITIALIZE_METHOD",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
     "INVALID_REQUEST",
     "QUOTA_ERROR",
     "OTHER",

@@ -19,9 +19,9 @@ byte for byte for the inner app, and:
 The caller's scope is :func:`~mcp_cancellation.scope_of` of the ASGI scope, after an
 optional ``session_resolver``, or else a session id the server issued (a stateful server's
 ``Mcp-Session-Id``, learned from its answers to ``initialize``), put a server-validated
-session id in it. A ``tools/call``
-carries its tool's name on the token (:attr:`~mcp_cancellation.RequestToken.tool`, the
-``tool`` metric label) when *tools* lists it, else ``other``.
+session id in it. A ``tools/call`` carries its tool's name on the token
+(:attr:`~mcp_cancellation.RequestToken.tool`, the ``tool`` metric label) when *tools* lists
+it, else ``other``.
 """
 
 from __future__ import annotations
