@@ -32,7 +32,10 @@ import threading
 import time
 import timeit
 import tracemalloc
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -234,24 +237,14 @@ _token_current: contextvars.ContextVar[RequestToken | None] = contextvars.Contex
 )
 
 
-async def _least_sync_with_life(n: int) -> float:
-    in_flight: dict[tuple[str, str], object] = {}
+async def _sync_with_life(
+    context: Callable[[Any, int, str], AbstractContextManager[Any]], state: object, n: int
+) -> float:
+    """The life through a synchronous ``with context(state, id, scope) as token``."""
     scope = "ip:192.0.2.1"
     start = time.perf_counter()
     for i in range(n):
-        with _LeastSyncContext(in_flight, i, scope) as token:
-            for _ in range(10):
-                if token.cancelled:
-                    raise AssertionError("never cancelled")
-    return (time.perf_counter() - start) / n
-
-
-async def _inlined_sync_with_life(n: int) -> float:
-    table = _InlinedTable()
-    scope = "ip:192.0.2.1"
-    start = time.perf_counter()
-    for i in range(n):
-        with _InlinedSyncContext(table, i, scope) as token:
+        with context(state, i, scope) as token:
             for _ in range(10):
                 if token.cancelled:
                     raise AssertionError("never cancelled")
@@ -279,8 +272,10 @@ def bench_request_life() -> None:
         base = best_of(ROUNDS, lambda: asyncio.run(_baseline_life(n)))
         floor = best_of(ROUNDS, lambda: asyncio.run(_floor_life(n)))
         least = best_of(ROUNDS, lambda: asyncio.run(_least_async_with_life(n)))
-        least_sync = best_of(ROUNDS, lambda: asyncio.run(_least_sync_with_life(n)))
-        inlined = best_of(ROUNDS, lambda: asyncio.run(_inlined_sync_with_life(n)))
+        least_sync = best_of(ROUNDS, lambda: asyncio.run(_sync_with_life(_LeastSyncContext, {}, n)))
+        inlined = best_of(
+            ROUNDS, lambda: asyncio.run(_sync_with_life(_InlinedSyncContext, _InlinedTable(), n))
+        )
     ratio = report("request() life vs dict ops under a lock", ours, base)
     check("request life <= 3x the dict-and-lock baseline (issue 2)", ratio <= 3.0)
     ratio = report("request() life vs dict ops + contextvar", ours, floor)
