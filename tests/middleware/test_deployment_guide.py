@@ -1,7 +1,8 @@
 """The application module of docs/deployment.md, run as that page says: ``uvicorn
-myserver:app --workers 2`` on a shared Redis with ``PROMETHEUS_MULTIPROC_DIR``. Every call
-is cancelled whichever worker its notification reaches, and ``/metrics`` answers at
-``/metrics`` itself with the counts of both workers and the table read once."""
+myserver:app --workers 2``, or gunicorn with the page's ``gunicorn.conf.py``, on a shared
+Redis with ``PROMETHEUS_MULTIPROC_DIR``. Every call is cancelled whichever worker its
+notification reaches, and ``/metrics`` answers at ``/metrics`` itself with the counts of
+both workers and the table read once."""
 
 from __future__ import annotations
 
@@ -33,13 +34,24 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 WORKERS = 2
 CALLS = 8
 PREFIX = "my-server"  # the module's own prefix
-UVICORN = [sys.executable, "-m", "uvicorn", "myserver:app", "--host", "127.0.0.1"]
+#: The page's commands, with a test's port and two workers.
+COMMANDS = {
+    "uvicorn": [
+        *(sys.executable, "-m", "uvicorn", "myserver:app", "--host", "127.0.0.1"),
+        *("--workers", str(WORKERS), "--port"),
+    ],
+    "gunicorn": [
+        *(sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "myserver:app"),
+        *("--workers", str(WORKERS), "--bind"),
+    ],
+}
 
 
-def _module_of_the_guide() -> str:
-    """The ``# myserver.py`` block of docs/deployment.md, as a user would copy it."""
+def _block_of_the_guide(first_line: str) -> str:
+    """The code block of docs/deployment.md that starts with *first_line*, as a user would
+    copy it."""
     text = (project_root() / "docs" / "deployment.md").read_text(encoding="utf-8")
-    start = text.index("# myserver.py\n")
+    start = text.index(first_line + "\n")
     return text[start : text.index("```", start)]
 
 
@@ -51,14 +63,17 @@ def _startups(log: Path) -> int:
     return log.read_text(encoding="utf-8", errors="replace").count("Application startup complete")
 
 
+@pytest.mark.parametrize("server", ["uvicorn", "gunicorn"])
 async def test_the_guides_module_cancels_across_workers_and_serves_their_metrics(
-    tmp_path: Path, redis_server: RedisServer
+    tmp_path: Path, redis_server: RedisServer, server: str
 ) -> None:
-    (tmp_path / "myserver.py").write_text(_module_of_the_guide(), encoding="utf-8")
+    for name in ("myserver.py", "gunicorn.conf.py"):
+        block = _block_of_the_guide(f"# {name}")
+        (tmp_path / name).write_text(block, encoding="utf-8")
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
     log = tmp_path / "uvicorn.log"
-    server_log = ServerLog("uvicorn myserver:app --workers 2", log)
+    server_log = ServerLog(f"{server} myserver:app, {WORKERS} workers", log)
     environ = dict(
         os.environ,
         MCP_CANCELLATION_REDIS_URL=redis_server.url,
@@ -68,14 +83,14 @@ async def test_the_guides_module_cancels_across_workers_and_serves_their_metrics
     def spawn(port: int) -> subprocess.Popen[bytes]:
         with log.open("wb") as out:
             return subprocess.Popen(
-                [*UVICORN, "--port", str(port), "--workers", str(WORKERS)],
+                [*COMMANDS[server], str(port) if server == "uvicorn" else f"127.0.0.1:{port}"],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=tmp_path,
                 env=environ,
             )
 
-    port, server = start_on_free_port(spawn, lambda _: _startups(log) >= WORKERS, server_log)
+    port, process = start_on_free_port(spawn, lambda _: _startups(log) >= WORKERS, server_log)
     observer = CancellationRegistry(
         RedisStorage.from_url(redis_server.url, prefix=PREFIX), janitor_interval=None
     )
@@ -131,7 +146,7 @@ async def test_the_guides_module_cancels_across_workers_and_serves_their_metrics
             assert value(parsed, "mcp_cancellation_storage_up", storage=storage) == 1
     finally:
         await observer.aclose()
-        stop_process(server)
+        stop_process(process)
     text = log.read_text(encoding="utf-8", errors="replace")
     assert text.count("cancelled request") == CALLS, server_log.tail()
     assert "Traceback" not in text, server_log.tail()
