@@ -57,7 +57,7 @@ class IssuedSessions(OrderedDict[str, None]):
         """*send*, remembering the session id of the answer it starts, if it names one."""
 
         async def learning_send(message: Message) -> None:
-            if message["type"] == "http.response.start" and message.get("status", 200) < 300:
+            if _accepted(message):
                 for key, value in message.get("headers") or ():
                     if key.lower() == SESSION_HEADER:
                         self.learn(value)
@@ -70,8 +70,16 @@ class IssuedSessions(OrderedDict[str, None]):
         """*send*, forgetting *session_id* once the server accepts its termination."""
 
         async def forgetting_send(message: Message) -> None:
-            if message["type"] == "http.response.start" and message.get("status", 200) < 300:
+            if _accepted(message):
                 self.forget(session_id)
             await send(message)
 
         return forgetting_send
+
+
+def _accepted(message: Message) -> bool:
+    """Whether *message* starts a successful (2xx) answer."""
+    if message["type"] != "http.response.start":
+        return False
+    status: int = message.get("status", 200)
+    return status < 300

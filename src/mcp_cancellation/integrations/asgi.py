@@ -207,8 +207,7 @@ class CancellationMiddleware:
         if kind == "http":
             method = scope.get("method")
             if method == "POST":
-                path = scope.get("path")
-                if path == self.path or self._on_path(path) or self._on_path(_route_path(scope)):
+                if scope.get("path") == self.path or self._on_mcp_path(scope):
                     exchange = await self._post(scope, receive, send)
                     if exchange is None:
                         return  # answered, or passed through
@@ -224,7 +223,7 @@ class CancellationMiddleware:
                         finally:
                             exchange.end()
                     return
-            elif method == "DELETE" and self.sessions:
+            elif method == "DELETE" and self.sessions and self._on_mcp_path(scope):
                 session_id = header(scope, SESSION_HEADER)
                 if session_id is not None:  # the end of a session: forget it once accepted
                     send = self.sessions.forgetting(session_id, send)
@@ -232,6 +231,12 @@ class CancellationMiddleware:
             await self._lifespan(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    def _on_mcp_path(self, scope: Scope) -> bool:
+        """Whether an HTTP request is for the MCP endpoint: its path, with a trailing
+        slash, or under the root path."""
+        path = scope.get("path")
+        return path == self.path or self._on_path(path) or self._on_path(_route_path(scope))
 
     def _on_path(self, path: object) -> bool:
         if not isinstance(path, str):
@@ -415,7 +420,7 @@ class CancellationMiddleware:
             logger.warning("cancellation not recorded: %s", exc)
             await _jsonrpc.send_retry_later(send, 503, _jsonrpc.INTERNAL_ERROR, _STORAGE_MESSAGE)
             return
-        if header(scope, b"mcp-session-id") is not None:
+        if header(scope, SESSION_HEADER) is not None:
             # A stateful session: let the SDK see the notification too, so that its own
             # per-session cancellation still runs; it answers 202 (or refuses the session).
             await self.app(scope, replay(body, None, receive), send)
