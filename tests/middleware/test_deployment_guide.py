@@ -34,15 +34,15 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 WORKERS = 2
 CALLS = 8
 PREFIX = "my-server"  # the module's own prefix
-#: The page's commands, with a test's port and two workers.
+#: The page's commands, with two workers and a test's ``{port}``.
 COMMANDS = {
     "uvicorn": [
-        *(sys.executable, "-m", "uvicorn", "myserver:app", "--host", "127.0.0.1"),
-        *("--workers", str(WORKERS), "--port"),
+        *(sys.executable, "-m", "uvicorn", "myserver:app", "--workers", str(WORKERS)),
+        *("--host", "127.0.0.1", "--port", "{port}"),
     ],
     "gunicorn": [
         *(sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "myserver:app"),
-        *("--workers", str(WORKERS), "--bind"),
+        *("--workers", str(WORKERS), "--bind", "127.0.0.1:{port}"),
     ],
 }
 
@@ -53,10 +53,6 @@ def _block_of_the_guide(first_line: str) -> str:
     text = (project_root() / "docs" / "deployment.md").read_text(encoding="utf-8")
     start = text.index(first_line + "\n")
     return text[start : text.index("```", start)]
-
-
-def _labels(**labels: str) -> frozenset[tuple[str, str]]:
-    return frozenset({"scope_kind": "ip", **labels}.items())
 
 
 def _startups(log: Path) -> int:
@@ -72,7 +68,7 @@ async def test_the_guides_module_cancels_across_workers_and_serves_their_metrics
         (tmp_path / name).write_text(block, encoding="utf-8")
     metrics_dir = tmp_path / "metrics"
     metrics_dir.mkdir()
-    log = tmp_path / "uvicorn.log"
+    log = tmp_path / f"{server}.log"
     server_log = ServerLog(f"{server} myserver:app, {WORKERS} workers", log)
     environ = dict(
         os.environ,
@@ -83,7 +79,7 @@ async def test_the_guides_module_cancels_across_workers_and_serves_their_metrics
     def spawn(port: int) -> subprocess.Popen[bytes]:
         with log.open("wb") as out:
             return subprocess.Popen(
-                [*COMMANDS[server], str(port) if server == "uvicorn" else f"127.0.0.1:{port}"],
+                [arg.format(port=port) for arg in COMMANDS[server]],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=tmp_path,
@@ -130,7 +126,8 @@ async def test_the_guides_module_cancels_across_workers_and_serves_their_metrics
 
             # Both workers' counts, from the multiprocess directory; the table once.
             parsed: Samples = {}
-            stops = ("mcp_cancellation_cancel_to_stop_seconds_count", _labels(outcome="stopped"))
+            stopped = frozenset({"outcome": "stopped", "scope_kind": "ip"}.items())
+            stops = ("mcp_cancellation_cancel_to_stop_seconds_count", stopped)
 
             async def counted() -> bool:
                 nonlocal parsed

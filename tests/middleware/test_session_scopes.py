@@ -15,7 +15,7 @@ from mcp_cancellation import CancellationMiddleware, CancellationRegistry, Memor
 from mcp_cancellation.integrations._sessions import IssuedSessions
 
 from ..support import UvicornThread, async_wait_until
-from .conftest import SSE_AND_JSON, Serve, ToolLog, build_sdk_app, call_body, cancel_body
+from .conftest import Serve, ToolLog, build_sdk_app, start_and_cancel
 
 pytestmark = pytest.mark.e2e
 
@@ -70,20 +70,10 @@ async def test_a_session_id_the_server_never_issued_scopes_nothing(
     """Any client can set the header: a made-up id leaves the call in the address's
     scope, where a notification without the header still finds it."""
     harness = serve("sdk", json_response=True)
-    forged = {**SSE_AND_JSON, "mcp-session-id": "0123456789abcdef0123456789abcdef"}
-    answers: list[httpx.Response] = []
-
-    async def call() -> None:
-        body = call_body("forged", "poll", {"seconds": 30})
-        answers.append(await http.post(harness.url, json=body, headers=forged))
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(call)
-        await harness.wait_started()
-        answer = await http.post(harness.url, json=cancel_body("forged"), headers=SSE_AND_JSON)
-        assert answer.status_code == 202
+    forged = {"mcp-session-id": "0123456789abcdef0123456789abcdef"}
+    answer = await start_and_cancel(harness, http, http, forged, {})
     assert [c["scope"] for c in harness.cancellations] == ["ip:127.0.0.1"]
-    assert answers[0].json()["error"]["code"] == -32800
+    assert answer["error"]["code"] == -32800
     await harness.wait_empty()
 
 
