@@ -84,6 +84,64 @@ async def test_a_cancel_the_sdk_cannot_parse_cancels_nothing(
     await harness.wait_empty()
 
 
+#: Notifications the SDK refuses though its parser reads them: (name, body, headers,
+#: the SDK's status).
+REFUSED_BY_THE_SDK: list[tuple[str, dict[str, Any], dict[str, str], int]] = [
+    ("no jsonrpc", {"method": "notifications/cancelled"}, {}, 400),
+    ("jsonrpc 1.0", {"jsonrpc": "1.0", "method": "notifications/cancelled"}, {}, 400),
+    ("jsonrpc a number", {"jsonrpc": 2.0, "method": "notifications/cancelled"}, {}, 400),
+    ("accept text/html", cancel_body("job"), {"accept": "text/html"}, 406),
+    ("no accept", cancel_body("job"), {"accept": ""}, 406),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status"),
+    [case[1:] for case in REFUSED_BY_THE_SDK],
+    ids=[case[0] for case in REFUSED_BY_THE_SDK],
+)
+async def test_a_cancel_the_sdk_refuses_cancels_nothing(
+    serve: Serve,
+    http: httpx.AsyncClient,
+    flavour: str,
+    json_response: bool,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    status: int,
+) -> None:
+    """A notification whose envelope or ``Accept`` header the SDK refuses gets the SDK's
+    own error and cancels nothing; the same caller's valid notification then does."""
+    harness = serve(flavour, json_response=json_response)
+    answers: list[httpx.Response] = []
+
+    async def call() -> None:
+        answers.append(
+            await http.post(
+                harness.url, json=call_body("job", "poll", {"seconds": 30}), headers=SSE_AND_JSON
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await harness.wait_started()
+        refused_body = {**body, "params": {"requestId": "job", "reason": "refused"}}
+        refused = await http.post(
+            harness.url, json=refused_body, headers={**SSE_AND_JSON, **headers}
+        )
+        assert refused.status_code == status, refused.text
+        assert refused.json()["error"]["code"] in (-32600, -32602), refused.text
+        # The call is still running and nothing was recorded: now a valid cancel ends it.
+        assert harness.cancellations == []
+        assert harness.log.last("job") == "started"
+        accepted = await http.post(
+            harness.url, json=cancel_body("job", "valid"), headers=SSE_AND_JSON
+        )
+        assert accepted.status_code == 202
+    assert [c["reason"] for c in harness.cancellations] == ["valid"]
+    assert final_message(answers[0])["error"]["data"] == {"reason": "valid"}
+    await harness.wait_empty()
+
+
 async def test_other_caller_cannot_cancel(
     serve: Serve, http: httpx.AsyncClient, other_http: httpx.AsyncClient, flavour: str
 ) -> None:

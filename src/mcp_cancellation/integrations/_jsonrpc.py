@@ -27,10 +27,12 @@ __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "NOT_ACCEPTABLE_MESSAGE",
     "QUOTA_ERROR",
     "OTHER",
     "Kind",
     "Message",
+    "accepts_json",
     "classify",
     "is_handshake_version",
     "is_json_content_type",
@@ -44,6 +46,8 @@ CANCELLED_METHOD: Final = "notifications/cancelled"
 INVALID_REQUEST: Final = -32600
 INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
+#: The SDK's words for a POST whose ``Accept`` header leaves out ``application/json``.
+NOT_ACCEPTABLE_MESSAGE: Final = "Not Acceptable: Client must accept application/json"
 #: Server-defined error: the caller's scope holds ``max_rows_per_scope`` cancellations.
 QUOTA_ERROR: Final = -32000
 
@@ -90,8 +94,10 @@ def classify(body: bytes) -> Message:
     if not isinstance(decoded, dict):
         return OTHER
     method = decoded.get("method")
-    if not isinstance(method, str):
-        return OTHER  # a response, or a malformed envelope
+    if not isinstance(method, str) or decoded.get("jsonrpc") != "2.0":
+        # A response, or an envelope the SDK refuses (it validates ``"jsonrpc": "2.0"``):
+        # the SDK answers it, and the middleware acts on nothing the SDK would not accept.
+        return OTHER
     if "id" in decoded:
         if method == INITIALIZE_METHOD:
             return INITIALIZE
@@ -106,6 +112,21 @@ def is_handshake_version(version: str | None) -> bool:
     """Whether a ``MCP-Protocol-Version`` header selects the handshake-era transport
     (absent means the spec's default, a handshake version)."""
     return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+def accepts_json(value: str | None) -> bool:
+    """Whether an ``Accept`` header admits ``application/json``, as the SDK reads it
+    (``*/*`` and ``application/*`` count). The SDK answers 406 to a POST without it in
+    either response mode; in SSE mode it also wants ``text/event-stream``, which the
+    middleware cannot require of a notification it answers itself without knowing the
+    server's mode, and which an empty 202 does not use."""
+    if value is None:
+        return False
+    for part in value.split(","):
+        media = part.split(";", 1)[0].strip().lower()
+        if media in ("application/json", "application/*", "*/*"):
+            return True
+    return False
 
 
 def is_json_content_type(value: str | None) -> bool:

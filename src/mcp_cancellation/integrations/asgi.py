@@ -387,6 +387,12 @@ class CancellationMiddleware:
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
+        if not _jsonrpc.accepts_json(header(scope, b"accept")):
+            # The SDK checks Accept before anything else of a POST (406), in both modes.
+            await _jsonrpc.send_error(
+                send, 406, _jsonrpc.INVALID_REQUEST, _jsonrpc.NOT_ACCEPTABLE_MESSAGE
+            )
+            return
         if not _jsonrpc.is_json_content_type(header(scope, b"content-type")):
             # Refused like the SDK refuses it (400): a cross-site text/plain POST
             # must not cancel anything.
