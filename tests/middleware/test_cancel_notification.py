@@ -246,3 +246,40 @@ async def test_what_the_sdk_client_sends_when_its_caller_cancels(
     assert harness.cancellations[0]["method"] == method
     assert harness.cancellations[0]["scope"] == "ip:127.0.0.1"
     await harness.wait_empty()
+
+
+async def test_the_accept_rule_follows_the_servers_response_mode(
+    serve: Serve, http: httpx.AsyncClient, flavour: str, json_response: bool
+) -> None:
+    """As the SDK does: an SSE-mode server wants ``text/event-stream`` in ``Accept`` too
+    (406 without it), a JSON-mode server only ``application/json``."""
+    harness = serve(flavour, json_response=json_response)
+    answers: list[httpx.Response] = []
+
+    async def call() -> None:
+        answers.append(
+            await http.post(
+                harness.url, json=call_body("job", "poll", {"seconds": 30}), headers=SSE_AND_JSON
+            )
+        )
+
+    json_only = {**SSE_AND_JSON, "accept": "application/json"}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await harness.wait_started()
+        answer = await http.post(
+            harness.url, json=cancel_body("job", "json only"), headers=json_only
+        )
+        if json_response:
+            assert answer.status_code == 202, answer.text
+        else:
+            assert answer.status_code == 406, answer.text
+            assert "text/event-stream" in answer.json()["error"]["message"]
+            assert harness.cancellations == []
+            wildcard = {**SSE_AND_JSON, "accept": "*/*"}
+            answer = await http.post(harness.url, json=cancel_body("job", "any"), headers=wildcard)
+            assert answer.status_code == 202, answer.text
+    reason = "json only" if json_response else "any"
+    assert [c["reason"] for c in harness.cancellations] == [reason]
+    assert final_message(answers[0])["error"]["data"] == {"reason": reason}
+    await harness.wait_empty()

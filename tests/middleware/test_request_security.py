@@ -4,12 +4,13 @@ DNS-rebinding Host."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from mcp_cancellation import CancellationRegistry
+from mcp_cancellation import CancellationMiddleware, CancellationRegistry
 from mcp_cancellation.storage.memory import MemoryStorage
 
 from ..support import UvicornThread, async_wait_until
@@ -96,3 +97,78 @@ async def test_dns_rebinding_host_cannot_cancel() -> None:
             assert "error" not in answer, answer
             assert answer["result"]["isError"] is False
             assert storage.stats_nowait().rows == {}
+
+
+@pytest.mark.parametrize(
+    ("foreign", "status"),
+    [
+        ({"host": "evil.example"}, 421),
+        ({"origin": "http://evil.example"}, 403),
+    ],
+    ids=["host", "origin"],
+)
+async def test_the_sdk_apps_own_rebinding_protection_guards_cancels(
+    serve: Serve,
+    http: httpx.AsyncClient,
+    json_response: bool,
+    foreign: dict[str, str],
+    status: int,
+) -> None:
+    """Without ``transport_security`` given, the middleware applies the Host/Origin
+    settings of the SDK app it wraps (on by default for a loopback server): a rebound
+    page's notification gets the SDK's refusal and cancels nothing, and the caller's own
+    then cancels the call. (FastMCP turns the SDK's check off and runs its own guard,
+    ``host_origin_protection``, as a middleware in front of the user's.)"""
+    harness = serve("sdk", json_response=json_response)
+    answers: list[httpx.Response] = []
+
+    async def call() -> None:
+        answers.append(
+            await http.post(
+                harness.url, json=call_body("job", "poll", {"seconds": 30}), headers=SSE_AND_JSON
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await harness.wait_started()
+        refused = await http.post(
+            harness.url, json=cancel_body("job", "rebound"), headers={**SSE_AND_JSON, **foreign}
+        )
+        assert refused.status_code == status, refused.text
+        assert harness.cancellations == []
+        assert harness.log.last("job") == "started"
+        accepted = await http.post(
+            harness.url, json=cancel_body("job", "own"), headers=SSE_AND_JSON
+        )
+        assert accepted.status_code == 202
+    assert [c["reason"] for c in harness.cancellations] == ["own"]
+    assert final_message(answers[0])["error"]["data"] == {"reason": "own"}
+    await harness.wait_empty()
+
+
+@pytest.mark.parametrize("shape", ["outside a CORS middleware", "install()"])
+async def test_the_sdk_apps_settings_are_found_through_other_layers(shape: str) -> None:
+    """The SDK app's Host/Origin settings are found wherever the middleware sits: around
+    another middleware that wraps the SDK app, or installed inside the SDK's app."""
+    from starlette.middleware.cors import CORSMiddleware
+
+    from .conftest import ToolLog, build_sdk_app
+
+    registry = CancellationRegistry(janitor_interval=None)
+    sdk_app = build_sdk_app(ToolLog(), json_response=True)
+    if shape == "install()":
+        CancellationMiddleware.install(sdk_app, registry=registry)
+        app: Any = sdk_app
+    else:
+        app = CancellationMiddleware(
+            CORSMiddleware(sdk_app, allow_origins=["https://ui.example"]), registry=registry
+        )
+    with UvicornThread(app, proxy_headers=False) as server:
+        async with httpx.AsyncClient(timeout=20) as client:
+            url = server.url + "/mcp"
+            rebound = {**SSE_AND_JSON, "host": "evil.example"}
+            refused = await client.post(url, json=cancel_body(1), headers=rebound)
+            assert refused.status_code == 421, refused.text
+            accepted = await client.post(url, json=cancel_body(1), headers=SSE_AND_JSON)
+            assert accepted.status_code == 202, accepted.text

@@ -27,15 +27,15 @@ __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
-    "NOT_ACCEPTABLE_MESSAGE",
     "QUOTA_ERROR",
     "OTHER",
     "Kind",
     "Message",
-    "accepts_json",
+    "accepts",
     "classify",
     "is_handshake_version",
     "is_json_content_type",
+    "not_acceptable",
     "send_accepted",
     "send_error",
     "send_retry_later",
@@ -46,8 +46,6 @@ CANCELLED_METHOD: Final = "notifications/cancelled"
 INVALID_REQUEST: Final = -32600
 INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
-#: The SDK's words for a POST whose ``Accept`` header leaves out ``application/json``.
-NOT_ACCEPTABLE_MESSAGE: Final = "Not Acceptable: Client must accept application/json"
 #: Server-defined error: the caller's scope holds ``max_rows_per_scope`` cancellations.
 QUOTA_ERROR: Final = -32000
 
@@ -114,19 +112,23 @@ def is_handshake_version(version: str | None) -> bool:
     return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
-def accepts_json(value: str | None) -> bool:
-    """Whether an ``Accept`` header admits ``application/json``, as the SDK reads it
-    (``*/*`` and ``application/*`` count). The SDK answers 406 to a POST without it in
-    either response mode; in SSE mode it also wants ``text/event-stream``, which the
-    middleware cannot require of a notification it answers itself without knowing the
-    server's mode, and which an empty 202 does not use."""
-    if value is None:
+def accepts(value: str | None, *, event_stream: bool) -> bool:
+    """Whether an ``Accept`` header passes the SDK's check of a POST: it admits
+    ``application/json`` and, with *event_stream* (an SSE-mode server), also
+    ``text/event-stream`` (``*/*``, ``application/*`` and ``text/*`` count)."""
+    media = {part.split(";", 1)[0].strip().lower() for part in (value or "").split(",")}
+    if "*/*" in media:
+        return True
+    if "application/json" not in media and "application/*" not in media:
         return False
-    for part in value.split(","):
-        media = part.split(";", 1)[0].strip().lower()
-        if media in ("application/json", "application/*", "*/*"):
-            return True
-    return False
+    return not event_stream or "text/event-stream" in media or "text/*" in media
+
+
+def not_acceptable(event_stream: bool) -> str:
+    """The SDK's words for a POST that :func:`accepts` refuses."""
+    if event_stream:
+        return "Not Acceptable: Client must accept both application/json and text/event-stream"
+    return "Not Acceptable: Client must accept application/json"
 
 
 def is_json_content_type(value: str | None) -> bool:

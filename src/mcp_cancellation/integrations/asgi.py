@@ -49,6 +49,7 @@ from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of
 from ..token import OTHER_TOOL
 
 if TYPE_CHECKING:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import (
         TransportSecurityMiddleware,
         TransportSecuritySettings,
@@ -57,6 +58,7 @@ from . import _jsonrpc
 from ._exchange import DISCONNECT_REASON, Exchange, Watchlists, replay
 from ._jsonrpc import INITIALIZE_METHOD, OTHER, TOOLS_CALL_METHOD, classify
 from ._sessions import SESSION_HEADER, IssuedSessions
+from ._transport import find_session_manager
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -95,11 +97,11 @@ class CancellationMiddleware:
     ``stream_cancel_timeout`` is how long a request whose client disconnected may keep
     running before its work is cancelled (``None``: never). ``session_resolver`` returns
     a session id the *server* has validated for the request, or ``None``. Bodies larger
-    than ``max_body_bytes`` are refused with 413, as the SDK does. Give
-    ``transport_security`` the same ``TransportSecuritySettings`` as the SDK app (which
-    turns DNS-rebinding protection on by itself for loopback hosts): the middleware answers
-    ``notifications/cancelled`` in front of the SDK and applies that Host/Origin check
-    there too. With ``issued_sessions`` (the default), a request carrying an
+    than ``max_body_bytes`` are refused with 413, as the SDK does. The middleware answers
+    ``notifications/cancelled`` in front of the SDK and checks it as the SDK would: by
+    default with the Host/Origin allow-list (DNS-rebinding protection) and the response
+    mode of the SDK app it wraps, found in that app; ``transport_security`` replaces the
+    allow-list. With ``issued_sessions`` (the default), a request carrying an
     ``Mcp-Session-Id`` that the server issued in its answer to ``initialize`` is scoped by
     that session (a stateful server's sessions at one address stay apart, as in the SDK);
     ``session_resolver`` comes first. Invalid settings raise
@@ -171,6 +173,9 @@ class CancellationMiddleware:
                 from mcp.server.transport_security import TransportSecurityMiddleware
 
             self._security = TransportSecurityMiddleware(transport_security)
+        #: The SDK transport's session manager in ``app``, found at the first notification
+        #: that needs it (its response mode; its Host/Origin settings if none are given).
+        self._transport: StreamableHTTPSessionManager | None = None
         #: The session ids the server issued (``issued_sessions``), else ``None``.
         self.sessions: IssuedSessions | None = IssuedSessions() if issued_sessions else None
         self._janitor_checked = False
@@ -377,27 +382,31 @@ class CancellationMiddleware:
     async def _cancel(
         self, scope: Scope, receive: Receive, send: Send, body: bytes, params: object
     ) -> None:
+        transport = self._transport or self._find_transport()
+        if not _jsonrpc.is_json_content_type(header(scope, b"content-type")):
+            # Refused like the SDK refuses it, first (400): a cross-site text/plain POST
+            # must not cancel anything.
+            await _jsonrpc.send_error(
+                send, 400, _jsonrpc.INVALID_REQUEST, "Invalid Content-Type header"
+            )
+            return
         if self._security is not None:
             # The SDK's Host/Origin allow-list (DNS-rebinding protection) guards its own
             # endpoint; the middleware answers this notification in front of it, so it
             # must apply the same check or a rebinding page could cancel the user's calls.
+            # Without ``transport_security``, the SDK app's own settings (_find_transport).
             from starlette.requests import Request
 
             refusal = await self._security.validate_request(Request(scope), is_post=True)
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
-        if not _jsonrpc.accepts_json(header(scope, b"accept")):
-            # The SDK checks Accept before anything else of a POST (406), in both modes.
+        event_stream = transport is not None and not transport.json_response
+        if not _jsonrpc.accepts(header(scope, b"accept"), event_stream=event_stream):
+            # The SDK's next check of a POST (406): application/json, and in SSE mode
+            # text/event-stream too.
             await _jsonrpc.send_error(
-                send, 406, _jsonrpc.INVALID_REQUEST, _jsonrpc.NOT_ACCEPTABLE_MESSAGE
-            )
-            return
-        if not _jsonrpc.is_json_content_type(header(scope, b"content-type")):
-            # Refused like the SDK refuses it (400): a cross-site text/plain POST
-            # must not cancel anything.
-            await _jsonrpc.send_error(
-                send, 400, _jsonrpc.INVALID_REQUEST, "Invalid Content-Type header"
+                send, 406, _jsonrpc.INVALID_REQUEST, _jsonrpc.not_acceptable(event_stream)
             )
             return
         if not isinstance(params, dict):
@@ -432,6 +441,19 @@ class CancellationMiddleware:
             await self.app(scope, replay(body, None, receive), send)
             return
         await _jsonrpc.send_accepted(send)
+
+    def _find_transport(self) -> StreamableHTTPSessionManager | None:
+        """The SDK transport's session manager inside the wrapped app, once it exists;
+        without ``transport_security`` given, its Host/Origin settings are taken up."""
+        transport = find_session_manager(self.app, self.path)
+        if transport is not None:
+            self._transport = transport
+            settings = transport.security_settings
+            if self._security is None and settings is not None:
+                from mcp.server.transport_security import TransportSecurityMiddleware
+
+                self._security = TransportSecurityMiddleware(settings)
+        return transport
 
     # -- tracked requests ----------------------------------------------------------------
 
