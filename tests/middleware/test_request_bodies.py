@@ -110,3 +110,44 @@ async def test_oversized_body_is_refused_with_413(serve: Serve, http: httpx.Asyn
 
     response = await http.post(harness.url, content=chunked(), headers=SSE_AND_JSON)
     assert response.status_code == 413
+
+
+@pytest.mark.parametrize("sdk_limit", [1000, 6 * 1024 * 1024])
+async def test_the_body_limit_is_the_sdk_apps_own(sdk_limit: int) -> None:
+    """Without ``max_body_bytes``, the limit is the wrapped SDK app's
+    ``max_request_body_size``: a body the SDK accepts above the 4 MiB default reaches it,
+    and one over a lower limit is refused before it can cancel anything."""
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("limits", log_level="WARNING")
+
+    @server.tool()
+    async def size(text: str) -> int:
+        return len(text)
+
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    app = CancellationMiddleware(
+        server.streamable_http_app(
+            stateless_http=True, json_response=True, max_request_body_size=sdk_limit
+        ),
+        registry=registry,
+    )
+    text = "x" * 5 * 1024 * 1024 if sdk_limit > 1000 else "x" * 2000
+    with UvicornThread(app, proxy_headers=False) as uvicorn:
+        async with httpx.AsyncClient(timeout=30) as http:
+            url = uvicorn.url + "/mcp"
+            answer = await http.post(
+                url, json=call_body(1, "size", {"text": text}), headers=SSE_AND_JSON
+            )
+            if sdk_limit > 1000:
+                assert answer.status_code == 200, answer.text[:300]
+                assert answer.json()["result"]["structuredContent"] == {"result": len(text)}
+            else:
+                assert answer.status_code == 413, answer.text[:300]
+                refused = await http.post(
+                    url, json=cancel_body(1, "y" * 2000), headers=SSE_AND_JSON
+                )
+                assert refused.status_code == 413
+                assert refused.json()["error"]["code"] == -32600
+    assert stats_now(registry).total_rows == 0
+    assert stats_now(registry).total_in_flight == 0

@@ -97,7 +97,8 @@ class CancellationMiddleware:
     ``stream_cancel_timeout`` is how long a request whose client disconnected may keep
     running before its work is cancelled (``None``: never). ``session_resolver`` returns
     a session id the *server* has validated for the request, or ``None``. Bodies larger
-    than ``max_body_bytes`` are refused with 413, as the SDK does. The middleware answers
+    than ``max_body_bytes`` are refused with 413, as the SDK does (default: the wrapped
+    SDK app's ``max_request_body_size``, else 4 MiB). The middleware answers
     ``notifications/cancelled`` in front of the SDK and checks it as the SDK would: by
     default with the Host/Origin allow-list (DNS-rebinding protection) and the response
     mode of the SDK app it wraps, found in that app; ``transport_security`` replaces the
@@ -120,7 +121,7 @@ class CancellationMiddleware:
         trusted_proxies: Sequence[str] = (),
         stream_cancel_timeout: float | None = 10.0,
         session_resolver: Callable[[Scope], str | None] | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_body_bytes: int | None = None,
         transport_security: TransportSecuritySettings | None = None,
         tools: ToolNames | None = None,
         issued_sessions: bool = True,
@@ -144,10 +145,11 @@ class CancellationMiddleware:
                 raise ConfigurationError(
                     f"stream_cancel_timeout must be finite and >= 0, not {stream_cancel_timeout}"
                 )
-        if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int):
-            raise ConfigurationError("max_body_bytes must be an int")
-        if max_body_bytes <= 0:
-            raise ConfigurationError(f"max_body_bytes must be positive, not {max_body_bytes}")
+        if max_body_bytes is not None:
+            if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int):
+                raise ConfigurationError("max_body_bytes must be an int")
+            if max_body_bytes <= 0:
+                raise ConfigurationError(f"max_body_bytes must be positive, not {max_body_bytes}")
         if session_resolver is not None and not callable(session_resolver):
             raise ConfigurationError("session_resolver must be callable")
         self._tool_source: Callable[[], Any] | None = None
@@ -166,7 +168,10 @@ class CancellationMiddleware:
         self.trusted_proxies: tuple[str, ...] = tuple(proxies)
         self.stream_cancel_timeout = stream_cancel_timeout
         self.session_resolver = session_resolver
-        self.max_body_bytes = max_body_bytes
+        self._body_limit_given = max_body_bytes is not None
+        #: The POST body limit: as given, else the wrapped SDK app's (once found), else
+        #: the SDK's default.
+        self.max_body_bytes = DEFAULT_MAX_BODY_BYTES if max_body_bytes is None else max_body_bytes
         self._security: TransportSecurityMiddleware | None = None
         if transport_security is not None:
             with requires("mcp", "CancellationMiddleware(transport_security=...)"):
@@ -179,6 +184,7 @@ class CancellationMiddleware:
         #: The session ids the server issued (``issued_sessions``), else ``None``.
         self.sessions: IssuedSessions | None = IssuedSessions() if issued_sessions else None
         self._janitor_checked = False
+        self._started = False  # the first POST on the MCP path has been seen
         self.watchlists = Watchlists()  # starts the disconnect watchers of long requests
 
     def __repr__(self) -> str:
@@ -305,9 +311,14 @@ class CancellationMiddleware:
     async def _post(self, scope: Scope, receive: Receive, send: Send) -> Exchange | None:
         """Read and classify a POST's body; answer or pass through everything but a
         request to track, which is returned (``None`` when handled here)."""
-        if not self._janitor_checked:
-            self._janitor_checked = True
-            self.registry.start_janitor()
+        if not self._started:
+            # The first POST: the app has started (a lifespan startup has completed), so
+            # the SDK's session manager exists if there is one.
+            self._started = True
+            if not self._janitor_checked:  # a server that sends no lifespan events
+                self._janitor_checked = True
+                self.registry.start_janitor()
+            self._find_transport()
 
         # Read the whole body (the SDK does the same before parsing it). The common case,
         # a body in one message, is one read and no copy.
@@ -444,10 +455,13 @@ class CancellationMiddleware:
 
     def _find_transport(self) -> StreamableHTTPSessionManager | None:
         """The SDK transport's session manager inside the wrapped app, once it exists;
-        without ``transport_security`` given, its Host/Origin settings are taken up."""
+        its Host/Origin settings and body limit are taken up unless given."""
         transport = find_session_manager(self.app, self.path)
         if transport is not None:
             self._transport = transport
+            limit = getattr(transport, "max_request_body_size", None)
+            if not self._body_limit_given and isinstance(limit, int) and limit > 0:
+                self.max_body_bytes = limit
             settings = transport.security_settings
             if self._security is None and settings is not None:
                 from mcp.server.transport_security import TransportSecurityMiddleware
