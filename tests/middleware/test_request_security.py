@@ -147,26 +147,43 @@ async def test_the_sdk_apps_own_rebinding_protection_guards_cancels(
     await harness.wait_empty()
 
 
-@pytest.mark.parametrize("shape", ["outside a CORS middleware", "install()"])
+@pytest.mark.parametrize("shape", ["outside a CORS middleware", "install()", "mounted"])
 async def test_the_sdk_apps_settings_are_found_through_other_layers(shape: str) -> None:
     """The SDK app's Host/Origin settings are found wherever the middleware sits: around
-    another middleware that wraps the SDK app, or installed inside the SDK's app."""
+    another middleware that wraps the SDK app, installed inside the SDK's app, or around
+    an app that mounts the SDK's under a prefix."""
+    import contextlib
+    from collections.abc import AsyncIterator
+
+    from starlette.applications import Starlette
     from starlette.middleware.cors import CORSMiddleware
+    from starlette.routing import Mount
 
     from .conftest import ToolLog, build_sdk_app
 
     registry = CancellationRegistry(janitor_interval=None)
     sdk_app = build_sdk_app(ToolLog(), json_response=True)
+    path = "/mcp"
     if shape == "install()":
         CancellationMiddleware.install(sdk_app, registry=registry)
         app: Any = sdk_app
+    elif shape == "mounted":
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_: Starlette) -> AsyncIterator[None]:
+            async with sdk_app.router.lifespan_context(sdk_app):  # the SDK's session manager
+                yield
+
+        path = "/api/mcp"
+        outer = Starlette(routes=[Mount("/api", app=sdk_app)], lifespan=lifespan)
+        app = CancellationMiddleware(outer, registry=registry, path=path)
     else:
         app = CancellationMiddleware(
             CORSMiddleware(sdk_app, allow_origins=["https://ui.example"]), registry=registry
         )
     with UvicornThread(app, proxy_headers=False) as server:
         async with httpx.AsyncClient(timeout=20) as client:
-            url = server.url + "/mcp"
+            url = server.url + path
             rebound = {**SSE_AND_JSON, "host": "evil.example"}
             refused = await client.post(url, json=cancel_body(1), headers=rebound)
             assert refused.status_code == 421, refused.text

@@ -25,24 +25,38 @@ MAX_DEPTH = 32
 
 def find_session_manager(app: object, path: str) -> StreamableHTTPSessionManager | None:
     """The SDK session manager serving *path* inside *app*, or ``None`` (not the SDK's
-    Streamable HTTP app, not started yet, or the SDK is not installed)."""
+    Streamable HTTP app, not started yet, or the SDK is not installed). The search goes
+    through middleware (``app`` chains) and into apps mounted under a prefix of *path*."""
     try:
         from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     except ImportError:  # the middleware itself does not need the SDK
         return None
-    paths = (path, path.rstrip("/") + "/")
-    node: object = app
-    for _ in range(MAX_DEPTH):
+    return _search(app, path.rstrip("/") or "/", StreamableHTTPSessionManager, MAX_DEPTH)
+
+
+def _search(
+    node: object, path: str, manager_type: type[StreamableHTTPSessionManager], budget: int
+) -> StreamableHTTPSessionManager | None:
+    while budget > 0 and node is not None:
+        budget -= 1
         routes = getattr(node, "routes", None)
-        if isinstance(routes, list):  # a Starlette app or router: the end of the chain
+        if isinstance(routes, list):  # a Starlette app or router: the end of this chain
             for route in routes:
-                if getattr(route, "path", None) in paths:
+                route_path = getattr(route, "path", None)
+                if not isinstance(route_path, str):
+                    continue
+                if route_path.rstrip("/") == path.rstrip("/"):
                     endpoint = getattr(route, "endpoint", None)
                     manager = getattr(endpoint, "session_manager", None)
-                    if isinstance(manager, StreamableHTTPSessionManager):
+                    if isinstance(manager, manager_type):
                         return manager
+                elif route_path and path.startswith(route_path + "/"):
+                    # a Mount("/api", app): the rest of the path inside its app
+                    found = _search(
+                        getattr(route, "app", None), path[len(route_path) :], manager_type, budget
+                    )
+                    if found is not None:
+                        return found
             return None
         node = getattr(node, "app", None)
-        if node is None:
-            return None
     return None
