@@ -189,3 +189,36 @@ async def test_the_sdk_apps_settings_are_found_through_other_layers(shape: str) 
             assert refused.status_code == 421, refused.text
             accepted = await client.post(url, json=cancel_body(1), headers=SSE_AND_JSON)
             assert accepted.status_code == 202, accepted.text
+
+
+async def test_an_app_the_search_cannot_read_is_served(caplog: pytest.LogCaptureFixture) -> None:
+    """Looking for the SDK's session manager must not fail a request: an app whose
+    attributes raise is served, tracked and cancellable as before (checked less)."""
+
+    class Opaque:
+        @property
+        def routes(self) -> list[Any]:
+            raise RuntimeError("not readable")
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                return
+            while (await receive()).get("more_body"):
+                pass
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+
+    registry = CancellationRegistry(janitor_interval=None)
+    app = CancellationMiddleware(Opaque(), registry=registry)
+    with UvicornThread(app, proxy_headers=False) as server:
+        async with httpx.AsyncClient(timeout=20) as client:
+            url = server.url + "/mcp"
+            for _ in range(2):
+                answer = await client.post(
+                    url, json=call_body(1, "echo", {"text": "x"}), headers=SSE_AND_JSON
+                )
+                assert answer.status_code == 200
+            cancel = await client.post(url, json=cancel_body(1), headers=SSE_AND_JSON)
+            assert cancel.status_code == 202
+    failures = [r for r in caplog.records if "session manager" in r.getMessage()]
+    assert len(failures) == 1, failures  # tried once, not on every request

@@ -181,6 +181,7 @@ class CancellationMiddleware:
         #: The SDK transport's session manager in ``app``, found at the first notification
         #: that needs it (its response mode; its Host/Origin settings if none are given).
         self._transport: StreamableHTTPSessionManager | None = None
+        self._transport_unsearchable = False  # the search raised once: not tried again
         #: The session ids the server issued (``issued_sessions``), else ``None``.
         self.sessions: IssuedSessions | None = IssuedSessions() if issued_sessions else None
         self._janitor_checked = False
@@ -456,7 +457,14 @@ class CancellationMiddleware:
     def _find_transport(self) -> StreamableHTTPSessionManager | None:
         """The SDK transport's session manager inside the wrapped app, once it exists;
         its Host/Origin settings and body limit are taken up unless given."""
-        transport = find_session_manager(self.app, self.path)
+        if self._transport_unsearchable:
+            return None
+        try:
+            transport = find_session_manager(self.app, self.path)
+        except Exception:  # an app whose attributes misbehave: serve it, check less
+            logger.exception("looking for the SDK's session manager in the app failed")
+            self._transport_unsearchable = True
+            return None
         if transport is not None:
             self._transport = transport
             limit = getattr(transport, "max_request_body_size", None)
