@@ -12,7 +12,7 @@ from mcp_cancellation import CancellationMiddleware, CancellationRegistry, Memor
 from mcp_cancellation.scope import SESSION_KEY
 
 from ..support import UvicornThread, async_wait_until
-from .conftest import Serve, ToolLog, start_and_cancel
+from .conftest import SSE_AND_JSON, Serve, ToolLog, cancel_body, start_and_cancel
 
 pytestmark = pytest.mark.e2e
 
@@ -138,3 +138,7 @@ async def test_sdk_authenticated_principal_is_the_scope(http: httpx.AsyncClient)
         answer = await start_and_cancel(H, http, http, alice, alice)
         assert answer["error"]["code"] == -32800
         assert recorded[0]["scope"] == "principal:alice"
+        # The SDK's Host/Origin settings are found behind its auth middleware too.
+        rebound = {**SSE_AND_JSON, **alice, "host": "evil.example"}
+        refused = await http.post(H.url, json=cancel_body("job"), headers=rebound)
+        assert refused.status_code == 421, refused.text

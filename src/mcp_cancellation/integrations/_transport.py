@@ -3,11 +3,13 @@
 The middleware answers ``notifications/cancelled`` in front of the SDK, so it must check
 such a POST as the SDK's transport would: the same Host/Origin allow-list (DNS-rebinding
 protection, which the SDK turns on by itself for a loopback server) and the same
-``Accept`` rule, which depends on the response mode. Both are public attributes of the
-SDK's ``StreamableHTTPSessionManager``, reachable from the app through public attributes
-too: middleware ``app`` chains, ``routes``, and the MCP route's endpoint, whose
-``session_manager`` it is. FastMCP sets that attribute at lifespan startup, so the search
-runs when a notification needs it, until it finds the manager.
+``Accept`` rule, which depends on the response mode; and it reads bodies up to the same
+limit. All are public attributes of the SDK's ``StreamableHTTPSessionManager``, reachable
+from the app through public attributes too: middleware ``app`` chains, ``routes``, and
+the MCP route's endpoint (or the app it wraps, such as the SDK's
+``RequireAuthMiddleware``), whose ``session_manager`` it is. FastMCP sets that attribute
+at lifespan startup, so the middleware searches at the first POST, and again at a
+notification until it finds the manager.
 """
 
 from __future__ import annotations
@@ -46,10 +48,15 @@ def _search(
                 if not isinstance(route_path, str):
                     continue
                 if route_path.rstrip("/") == path.rstrip("/"):
+                    # The endpoint, or an app it wraps (with auth, the SDK's route is
+                    # RequireAuthMiddleware around the transport's app).
                     endpoint = getattr(route, "endpoint", None)
-                    manager = getattr(endpoint, "session_manager", None)
-                    if isinstance(manager, manager_type):
-                        return manager
+                    while budget > 0 and endpoint is not None:
+                        budget -= 1
+                        manager = getattr(endpoint, "session_manager", None)
+                        if isinstance(manager, manager_type):
+                            return manager
+                        endpoint = getattr(endpoint, "app", None)
                 elif route_path and path.startswith(route_path + "/"):
                     # a Mount("/api", app): the rest of the path inside its app
                     found = _search(
