@@ -114,13 +114,39 @@ async def hold_tool(log: ToolLog, key: str) -> str:
     return "completed"
 
 
-def build_sdk_app(log: ToolLog, *, json_response: bool, stateless: bool = True) -> Any:
-    """The SDK's ``MCPServer`` with the test tools, as a stateless Streamable HTTP app."""
+#: Bearer tokens of the apps built with ``auth=True``: token -> OAuth client id.
+TOKENS = {"alice-token": "alice", "bob-token": "bob"}
+
+
+def build_sdk_app(
+    log: ToolLog, *, json_response: bool, stateless: bool = True, auth: bool = False
+) -> Any:
+    """The SDK's ``MCPServer`` with the test tools, as a stateless Streamable HTTP app;
+    with *auth*, behind the SDK's bearer authentication (the :data:`TOKENS`)."""
     from mcp.server.mcpserver import MCPServer
 
     from mcp_cancellation.integrations.mcp_sdk import cancellable
 
-    server = MCPServer("middleware-tests", log_level="WARNING")
+    options: dict[str, Any] = {}
+    if auth:
+        from mcp.server.auth.provider import AccessToken
+        from mcp.server.auth.settings import AuthSettings
+
+        class Verifier:
+            async def verify_token(self, token: str) -> AccessToken | None:
+                client = TOKENS.get(token)
+                return (
+                    AccessToken(token=token, client_id=client, scopes=["mcp"]) if client else None
+                )
+
+        options["token_verifier"] = Verifier()
+        options["auth"] = AuthSettings(
+            issuer_url="https://auth.example.com",  # type: ignore[arg-type]
+            resource_server_url="http://127.0.0.1/mcp",  # type: ignore[arg-type]
+            required_scopes=["mcp"],
+            validate_token_resource=False,
+        )
+    server = MCPServer("middleware-tests", log_level="WARNING", **options)
 
     @server.tool()
     @cancellable

@@ -12,7 +12,14 @@ from mcp_cancellation import CancellationMiddleware, CancellationRegistry, Memor
 from mcp_cancellation.scope import SESSION_KEY
 
 from ..support import UvicornThread, async_wait_until
-from .conftest import SSE_AND_JSON, Serve, ToolLog, cancel_body, start_and_cancel
+from .conftest import (
+    SSE_AND_JSON,
+    Serve,
+    ToolLog,
+    build_sdk_app,
+    cancel_body,
+    start_and_cancel,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -74,39 +81,8 @@ async def test_session_resolver_scopes_by_validated_session(
 async def test_sdk_authenticated_principal_is_the_scope(http: httpx.AsyncClient) -> None:
     """With ``install()``, the SDK's bearer authentication runs first: the principal
     (OAuth client id) is the scope, so two users behind one address stay apart."""
-    from mcp.server.auth.provider import AccessToken
-    from mcp.server.auth.settings import AuthSettings
-    from mcp.server.mcpserver import MCPServer
-
-    from mcp_cancellation.integrations.mcp_sdk import cancellable
-
-    from .conftest import poll_tool
-
-    class Verifier:
-        async def verify_token(self, token: str) -> AccessToken | None:
-            if token in ("alice-token", "bob-token"):
-                return AccessToken(token=token, client_id=token.split("-")[0], scopes=["mcp"])
-            return None
-
     log = ToolLog()
-    server = MCPServer(
-        "auth-test",
-        log_level="WARNING",
-        token_verifier=Verifier(),
-        auth=AuthSettings(
-            issuer_url="https://auth.example.com",  # type: ignore[arg-type]
-            resource_server_url="http://127.0.0.1/mcp",  # type: ignore[arg-type]
-            required_scopes=["mcp"],
-            validate_token_resource=False,
-        ),
-    )
-
-    @server.tool()
-    @cancellable
-    async def poll(seconds: float) -> str:
-        return await poll_tool(log, seconds)
-
-    app = server.streamable_http_app(stateless_http=True, json_response=True)
+    app = build_sdk_app(log, json_response=True, auth=True)
     registry = CancellationMiddleware.install(
         app, registry=CancellationRegistry(MemoryStorage(), janitor_interval=None)
     )

@@ -14,19 +14,29 @@ notification until it finds the manager.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
-__all__ = ["MAX_DEPTH", "find_session_manager"]
+__all__ = ["MAX_DEPTH", "Transport", "find_transport"]
 
 #: How many wrapping layers (middleware, each with an ``app``) the search goes through.
 MAX_DEPTH = 32
 
 
-def find_session_manager(app: object, path: str) -> StreamableHTTPSessionManager | None:
-    """The SDK session manager serving *path* inside *app*, or ``None`` (not the SDK's
+class Transport(NamedTuple):
+    """The SDK transport serving the MCP path, as found in the app."""
+
+    manager: StreamableHTTPSessionManager
+    #: The route's endpoint wraps the transport's app (the SDK's and FastMCP's
+    #: ``RequireAuthMiddleware`` when the server requires authentication): that layer
+    #: may refuse a POST before the SDK sees it.
+    guarded: bool
+
+
+def find_transport(app: object, path: str) -> Transport | None:
+    """The SDK transport serving *path* inside *app*, or ``None`` (not the SDK's
     Streamable HTTP app, not started yet, or the SDK is not installed). The search goes
     through middleware (``app`` chains) and into apps mounted under a prefix of *path*."""
     try:
@@ -38,7 +48,7 @@ def find_session_manager(app: object, path: str) -> StreamableHTTPSessionManager
 
 def _search(
     node: object, path: str, manager_type: type[StreamableHTTPSessionManager], budget: int
-) -> StreamableHTTPSessionManager | None:
+) -> Transport | None:
     while budget > 0 and node is not None:
         budget -= 1
         routes = getattr(node, "routes", None)
@@ -51,12 +61,14 @@ def _search(
                     # The endpoint, or an app it wraps (with auth, the SDK's route is
                     # RequireAuthMiddleware around the transport's app).
                     endpoint = getattr(route, "endpoint", None)
+                    guarded = False
                     while budget > 0 and endpoint is not None:
                         budget -= 1
                         manager = getattr(endpoint, "session_manager", None)
                         if isinstance(manager, manager_type):
-                            return manager
+                            return Transport(manager, guarded)
                         endpoint = getattr(endpoint, "app", None)
+                        guarded = True
                 elif route_path and path.startswith(route_path + "/"):
                     # a Mount("/api", app): the rest of the path inside its app
                     found = _search(

@@ -49,7 +49,6 @@ from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of
 from ..token import OTHER_TOOL
 
 if TYPE_CHECKING:
-    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import (
         TransportSecurityMiddleware,
         TransportSecuritySettings,
@@ -58,7 +57,7 @@ from . import _jsonrpc
 from ._exchange import DISCONNECT_REASON, Exchange, Watchlists, replay
 from ._jsonrpc import INITIALIZE_METHOD, OTHER, TOOLS_CALL_METHOD, classify
 from ._sessions import SESSION_HEADER, IssuedSessions
-from ._transport import find_session_manager
+from ._transport import Transport, find_transport
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -180,7 +179,7 @@ class CancellationMiddleware:
             self._security = TransportSecurityMiddleware(transport_security)
         #: The SDK transport's session manager in ``app``, found at the first notification
         #: that needs it (its response mode; its Host/Origin settings if none are given).
-        self._transport: StreamableHTTPSessionManager | None = None
+        self._transport: Transport | None = None
         self._transport_unsearchable = False  # the search raised once: not tried again
         #: The session ids the server issued (``issued_sessions``), else ``None``.
         self.sessions: IssuedSessions | None = IssuedSessions() if issued_sessions else None
@@ -413,7 +412,7 @@ class CancellationMiddleware:
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
-        event_stream = transport is not None and not transport.json_response
+        event_stream = transport is not None and not transport.manager.json_response
         if not _jsonrpc.accepts(header(scope, b"accept"), event_stream=event_stream):
             # The SDK's next check of a POST (406): application/json, and in SSE mode
             # text/event-stream too.
@@ -432,20 +431,18 @@ class CancellationMiddleware:
                 send, 400, _jsonrpc.INVALID_PARAMS, "Invalid params: requestId is required"
             )
             return
-        try:
-            caller = self.caller_scope(scope)
-            await self.registry.cancel_in_flight(
-                request_id, params.get("reason"), caller, method=_jsonrpc.CANCELLED_METHOD
-            )
-        except InvalidRequestId as exc:
-            await _jsonrpc.send_error(send, 400, _jsonrpc.INVALID_PARAMS, f"Invalid params: {exc}")
+        # The caller as the middleware sees it now, as when it tracked the caller's calls
+        # (the app's own middleware may add to the ASGI scope later).
+        caller = self.caller_scope(scope)
+        if transport is not None and transport.guarded and not _authenticated(scope):
+            # The SDK's endpoint sits behind its own check (authentication): a caller
+            # the middleware does not see authenticated may be refused there, so the
+            # SDK answers first, and only its 202 records the cancellation.
+            await self._cancel_once_accepted(scope, receive, send, body, caller, request_id, params)
             return
-        except CancellationLimitReached:
-            await _jsonrpc.send_retry_later(send, 429, _jsonrpc.QUOTA_ERROR, _QUOTA_MESSAGE)
-            return
-        except StorageUnavailable as exc:
-            logger.warning("cancellation not recorded: %s", exc)
-            await _jsonrpc.send_retry_later(send, 503, _jsonrpc.INTERNAL_ERROR, _STORAGE_MESSAGE)
+        error_answer = await self._record(caller, request_id, params)
+        if error_answer is not None:
+            await error_answer(send)
             return
         if header(scope, SESSION_HEADER) is not None:
             # A stateful session: let the SDK see the notification too, so that its own
@@ -454,23 +451,75 @@ class CancellationMiddleware:
             return
         await _jsonrpc.send_accepted(send)
 
-    def _find_transport(self) -> StreamableHTTPSessionManager | None:
-        """The SDK transport's session manager inside the wrapped app, once it exists;
-        its Host/Origin settings and body limit are taken up unless given."""
+    async def _record(
+        self, caller: str, request_id: object, params: dict[Any, Any]
+    ) -> Callable[[Send], Awaitable[None]] | None:
+        """Record a notification's cancellation in the *caller*'s scope; the error answer
+        to give instead of 202, if any."""
+        try:
+            await self.registry.cancel_in_flight(
+                request_id, params.get("reason"), caller, method=_jsonrpc.CANCELLED_METHOD
+            )
+        except InvalidRequestId as exc:
+            message = f"Invalid params: {exc}"
+            return lambda send: _jsonrpc.send_error(send, 400, _jsonrpc.INVALID_PARAMS, message)
+        except CancellationLimitReached:
+            return lambda send: _jsonrpc.send_retry_later(
+                send, 429, _jsonrpc.QUOTA_ERROR, _QUOTA_MESSAGE
+            )
+        except StorageUnavailable as exc:
+            logger.warning("cancellation not recorded: %s", exc)
+            return lambda send: _jsonrpc.send_retry_later(
+                send, 503, _jsonrpc.INTERNAL_ERROR, _STORAGE_MESSAGE
+            )
+        return None
+
+    async def _cancel_once_accepted(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        body: bytes,
+        caller: str,
+        request_id: object,
+        params: dict[Any, Any],
+    ) -> None:
+        """Hand the notification to the app; record it when the app accepts it (202),
+        answering the registry's error instead if there is one."""
+        replaced = False
+
+        async def gate(message: Message) -> None:
+            nonlocal replaced
+            if replaced:
+                return  # the rest of the app's 202
+            if message["type"] == "http.response.start" and message.get("status") == 202:
+                error_answer = await self._record(caller, request_id, params)
+                if error_answer is not None:
+                    replaced = True
+                    await error_answer(send)
+                    return
+            await send(message)
+
+        await self.app(scope, replay(body, None, receive), gate)
+
+    def _find_transport(self) -> Transport | None:
+        """The SDK transport inside the wrapped app, once it exists; its Host/Origin
+        settings and body limit are taken up unless given."""
         if self._transport_unsearchable:
             return None
         try:
-            transport = find_session_manager(self.app, self.path)
+            transport = find_transport(self.app, self.path)
         except Exception:  # an app whose attributes misbehave: serve it, check less
             logger.exception("looking for the SDK's session manager in the app failed")
             self._transport_unsearchable = True
             return None
         if transport is not None:
             self._transport = transport
-            limit = getattr(transport, "max_request_body_size", None)
+            manager = transport.manager
+            limit = getattr(manager, "max_request_body_size", None)
             if not self._body_limit_given and isinstance(limit, int) and limit > 0:
                 self.max_body_bytes = limit
-            settings = transport.security_settings
+            settings = manager.security_settings
             if self._security is None and settings is not None:
                 from mcp.server.transport_security import TransportSecurityMiddleware
 
@@ -491,6 +540,12 @@ class CancellationMiddleware:
             self._tool_names = frozenset(str(name) for name in listed)
         except Exception:
             logger.exception("listing the server's tools failed (tool labels stay as they were)")
+
+
+def _authenticated(scope: Scope) -> bool:
+    """Whether an authentication middleware in front of this one authenticated the
+    request (Starlette's ``scope["user"]``)."""
+    return bool(getattr(scope.get("user"), "is_authenticated", False))
 
 
 def _route_path(scope: Scope) -> str | None:
