@@ -122,3 +122,29 @@ async def test_with_issued_sessions_off_a_session_is_scoped_by_its_address(
         await async_wait_until(lambda: len(harness.cancellations) == 1)
     assert harness.cancellations[0]["scope"] == "ip:127.0.0.1"
     await harness.wait_empty()
+
+
+@pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
+async def test_a_stateful_servers_refusals_stand(
+    serve: Serve, http: httpx.AsyncClient, flavour: str, json_response: bool
+) -> None:
+    """In front of a stateful server the SDK answers a notification first: one without a
+    session id gets its 400, one naming a session it does not know its 404, and neither
+    is recorded (a live session's own notifications: the tests above)."""
+    from .conftest import SSE_AND_JSON, cancel_body
+
+    harness = serve(flavour, json_response=json_response, stateless=False)
+    async with Client(harness.url, mode="legacy") as client, anyio.create_task_group() as tg:
+        tg.start_soon(client.call_tool, "hold", {"key": "k"})
+        (key,) = await harness.wait_started()
+        missing = await http.post(harness.url, json=cancel_body(int(key)), headers=SSE_AND_JSON)
+        assert missing.status_code == 400, missing.text
+        unknown = await http.post(
+            harness.url,
+            json=cancel_body(int(key)),
+            headers={**SSE_AND_JSON, "mcp-session-id": "f" * 32},
+        )
+        assert unknown.status_code == 404, unknown.text
+        assert harness.cancellations == []
+        harness.log.release("k")
+    await harness.wait_empty()

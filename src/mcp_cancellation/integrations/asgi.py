@@ -434,10 +434,13 @@ class CancellationMiddleware:
         # The caller as the middleware sees it now, as when it tracked the caller's calls
         # (the app's own middleware may add to the ASGI scope later).
         caller = self.caller_scope(scope)
-        if transport is not None and transport.guarded and not _authenticated(scope):
-            # The SDK's endpoint sits behind its own check (authentication): a caller
-            # the middleware does not see authenticated may be refused there, so the
-            # SDK answers first, and only its 202 records the cancellation.
+        if transport is not None and (
+            not transport.manager.stateless or (transport.guarded and not _authenticated(scope))
+        ):
+            # The SDK answers first, and only its 202 records the cancellation: a stateful
+            # server validates the session (and runs its own per-session cancellation),
+            # and an endpoint behind authentication refuses a caller the middleware does
+            # not see authenticated.
             await self._cancel_once_accepted(scope, receive, send, body, caller, request_id, params)
             return
         error_answer = await self._record(caller, request_id, params)
@@ -445,8 +448,8 @@ class CancellationMiddleware:
             await error_answer(send)
             return
         if header(scope, SESSION_HEADER) is not None:
-            # A stateful session: let the SDK see the notification too, so that its own
-            # per-session cancellation still runs; it answers 202 (or refuses the session).
+            # An app not known to be the SDK's, with sessions: let it see the notification
+            # too, so that its own per-session cancellation still runs.
             await self.app(scope, replay(body, None, receive), send)
             return
         await _jsonrpc.send_accepted(send)
