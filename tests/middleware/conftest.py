@@ -24,9 +24,10 @@ import anyio
 import httpx
 import pytest
 
-from mcp_cancellation import CancellationRegistry, StorageStats, current_token
+from mcp_cancellation import CancellationRegistry, StorageStats, StorageUnavailable, current_token
 from mcp_cancellation import signals as sig
 from mcp_cancellation.integrations.asgi import CancellationMiddleware
+from mcp_cancellation.storage.base import AddResult
 from mcp_cancellation.storage.memory import MemoryStorage
 
 from ..support import UvicornThread, async_wait_until
@@ -402,3 +403,29 @@ async def workers_sharing(url: str, count: int = 2) -> AsyncIterator[list[Cancel
     finally:
         for registry in registries:
             await registry.aclose()
+
+
+class FlakyStorage(MemoryStorage):
+    """A memory storage whose backend "goes away" on demand (fault injection).
+
+    It fails through the async face only, so it declares itself not synchronous: the
+    registry then uses that face, as it does for any storage behind a server.
+    """
+
+    synchronous = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def _reachable(self) -> None:
+        if self.down:
+            raise StorageUnavailable("storage is down")
+
+    async def add(self, *args: Any, **kwargs: Any) -> AddResult:
+        self._reachable()
+        return await super().add(*args, **kwargs)
+
+    async def track(self, *args: Any, **kwargs: Any) -> None:
+        self._reachable()
+        await super().track(*args, **kwargs)

@@ -148,3 +148,45 @@ async def test_a_stateful_servers_refusals_stand(
         assert harness.cancellations == []
         harness.log.release("k")
     await harness.wait_empty()
+
+
+async def test_a_stateful_servers_202_stands_when_the_registry_refuses_the_row(
+    serve: Serve, http: httpx.AsyncClient
+) -> None:
+    """The SDK's own cancellation of a stateful session's call runs whatever the
+    registry says: with the storage down the row is not written, the call still stops,
+    and the client gets the SDK's 202, not a 503 asking it to try again."""
+    from .conftest import SSE_AND_JSON, FlakyStorage, call_body, cancel_body
+
+    storage = FlakyStorage()
+    registry = CancellationRegistry(storage, janitor_interval=None)
+    harness = serve("sdk", json_response=True, stateless=False, registry=registry)
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    answer = await http.post(harness.url, json=init, headers=SSE_AND_JSON)
+    session = {**SSE_AND_JSON, "mcp-session-id": answer.headers["mcp-session-id"]}
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert (await http.post(harness.url, json=initialized, headers=session)).status_code == 202
+
+    async def call() -> None:
+        await http.post(harness.url, json=call_body(1, "hold", {"key": "k"}), headers=session)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await harness.wait_started()
+        storage.down = True
+        cancel = await http.post(harness.url, json=cancel_body(1), headers=session)
+        assert cancel.status_code == 202, cancel.text
+        # The SDK cancels the handler itself; hold would ignore the registry's flag.
+        await harness.wait_outcome("1", "killed")
+    assert harness.cancellations == []  # nothing recorded
+    storage.down = False
+    await harness.wait_empty()

@@ -3,16 +3,13 @@ stop when their client leaves."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import anyio
 import httpx
 import pytest
 
-from mcp_cancellation import CancellationRegistry, MemoryStorage, StorageUnavailable
-from mcp_cancellation.storage.base import AddResult
+from mcp_cancellation import CancellationRegistry, MemoryStorage
 
-from .conftest import SSE_AND_JSON, Serve, call_body, cancel_body
+from .conftest import SSE_AND_JSON, FlakyStorage, Serve, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 
@@ -47,32 +44,6 @@ async def test_quota_answers_32000(serve: Serve, http: httpx.AsyncClient) -> Non
         }
         harness.log.release("q")
     await harness.wait_empty()
-
-
-class FlakyStorage(MemoryStorage):
-    """A memory storage whose backend "goes away" on demand (fault injection).
-
-    It fails through the async face only, so it declares itself not synchronous: the
-    registry then uses that face, as it does for any storage behind a server.
-    """
-
-    synchronous = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.down = False
-
-    def _reachable(self) -> None:
-        if self.down:
-            raise StorageUnavailable("storage is down")
-
-    async def add(self, *args: Any, **kwargs: Any) -> AddResult:
-        self._reachable()
-        return await super().add(*args, **kwargs)
-
-    async def track(self, *args: Any, **kwargs: Any) -> None:
-        self._reachable()
-        await super().track(*args, **kwargs)
 
 
 async def test_storage_down_cancel_answers_error_not_500(

@@ -441,7 +441,9 @@ class CancellationMiddleware:
             # server validates the session (and runs its own per-session cancellation),
             # and an endpoint behind authentication refuses a caller the middleware does
             # not see authenticated.
-            await self._cancel_once_accepted(scope, receive, send, body, caller, request_id, params)
+            await self._cancel_once_accepted(
+                scope, receive, send, body, caller, request_id, params, transport.manager.stateless
+            )
             return
         error_answer = await self._record(caller, request_id, params)
         if error_answer is not None:
@@ -486,9 +488,11 @@ class CancellationMiddleware:
         caller: str,
         request_id: object,
         params: dict[Any, Any],
+        stateless: bool,
     ) -> None:
-        """Hand the notification to the app; record it when the app accepts it (202),
-        answering the registry's error instead if there is one."""
+        """Hand the notification to the app; record it when the app accepts it (202).
+        The registry's error (quota, storage) replaces a stateless app's 202, which did
+        nothing; a stateful app's 202 stands, as its own cancellation of the call ran."""
         replaced = False
 
         async def gate(message: Message) -> None:
@@ -497,7 +501,7 @@ class CancellationMiddleware:
                 return  # the rest of the app's 202
             if message["type"] == "http.response.start" and message.get("status") == 202:
                 error_answer = await self._record(caller, request_id, params)
-                if error_answer is not None:
+                if error_answer is not None and stateless:
                     replaced = True
                     await error_answer(send)
                     return
