@@ -387,6 +387,42 @@ async def start_and_cancel(
     return final_message(answers[0])
 
 
+async def refused_then_cancelled(
+    harness: Harness,
+    http: httpx.AsyncClient,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    status: int,
+) -> httpx.Response:
+    """Start a 30 s ``poll`` as request ``job``; POST *body* with *headers*, which must be
+    refused with *status* and record nothing while the call runs on; then the same
+    caller's valid notification cancels the call. Returns the refusal."""
+    answers: list[httpx.Response] = []
+
+    async def call() -> None:
+        answers.append(
+            await http.post(
+                harness.url, json=call_body("job", "poll", {"seconds": 30}), headers=SSE_AND_JSON
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await harness.wait_started()
+        refused = await http.post(harness.url, json=body, headers={**SSE_AND_JSON, **headers})
+        assert refused.status_code == status, refused.text
+        assert harness.cancellations == []
+        assert harness.log.last("job") == "started"
+        accepted = await http.post(
+            harness.url, json=cancel_body("job", "valid"), headers=SSE_AND_JSON
+        )
+        assert accepted.status_code == 202, accepted.text
+    assert [c["reason"] for c in harness.cancellations] == ["valid"]
+    assert final_message(answers[0])["error"]["data"] == {"reason": "valid"}
+    await harness.wait_empty()
+    return refused
+
+
 @contextlib.asynccontextmanager
 async def workers_sharing(url: str, count: int = 2) -> AsyncIterator[list[CancellationRegistry]]:
     """*count* registries on one Redis table at *url* (a fresh prefix), as *count* worker

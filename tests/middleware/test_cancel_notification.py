@@ -16,7 +16,14 @@ from mcp_types import CallToolResult
 from mcp_cancellation import REQUEST_CANCELLED
 
 from ..support import async_wait_until
-from .conftest import SSE_AND_JSON, Serve, call_body, cancel_body, final_message
+from .conftest import (
+    SSE_AND_JSON,
+    Serve,
+    call_body,
+    cancel_body,
+    final_message,
+    refused_then_cancelled,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -112,34 +119,9 @@ async def test_a_cancel_the_sdk_refuses_cancels_nothing(
     """A notification whose envelope or ``Accept`` header the SDK refuses gets the SDK's
     own error and cancels nothing; the same caller's valid notification then does."""
     harness = serve(flavour, json_response=json_response)
-    answers: list[httpx.Response] = []
-
-    async def call() -> None:
-        answers.append(
-            await http.post(
-                harness.url, json=call_body("job", "poll", {"seconds": 30}), headers=SSE_AND_JSON
-            )
-        )
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(call)
-        await harness.wait_started()
-        refused_body = {**body, "params": {"requestId": "job", "reason": "refused"}}
-        refused = await http.post(
-            harness.url, json=refused_body, headers={**SSE_AND_JSON, **headers}
-        )
-        assert refused.status_code == status, refused.text
-        assert refused.json()["error"]["code"] in (-32600, -32602), refused.text
-        # The call is still running and nothing was recorded: now a valid cancel ends it.
-        assert harness.cancellations == []
-        assert harness.log.last("job") == "started"
-        accepted = await http.post(
-            harness.url, json=cancel_body("job", "valid"), headers=SSE_AND_JSON
-        )
-        assert accepted.status_code == 202
-    assert [c["reason"] for c in harness.cancellations] == ["valid"]
-    assert final_message(answers[0])["error"]["data"] == {"reason": "valid"}
-    await harness.wait_empty()
+    refused_body = {**body, "params": {"requestId": "job", "reason": "refused"}}
+    refused = await refused_then_cancelled(harness, http, refused_body, headers, status)
+    assert refused.json()["error"]["code"] in (-32600, -32602), refused.text
 
 
 async def test_other_caller_cannot_cancel(

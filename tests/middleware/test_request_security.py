@@ -14,7 +14,14 @@ from mcp_cancellation import CancellationMiddleware, CancellationRegistry
 from mcp_cancellation.storage.memory import MemoryStorage
 
 from ..support import UvicornThread, async_wait_until
-from .conftest import SSE_AND_JSON, Serve, call_body, cancel_body, final_message
+from .conftest import (
+    SSE_AND_JSON,
+    Serve,
+    call_body,
+    cancel_body,
+    final_message,
+    refused_then_cancelled,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -120,31 +127,7 @@ async def test_the_sdk_apps_own_rebinding_protection_guards_cancels(
     then cancels the call. (FastMCP turns the SDK's check off and runs its own guard,
     ``host_origin_protection``, as a middleware in front of the user's.)"""
     harness = serve("sdk", json_response=json_response)
-    answers: list[httpx.Response] = []
-
-    async def call() -> None:
-        answers.append(
-            await http.post(
-                harness.url, json=call_body("job", "poll", {"seconds": 30}), headers=SSE_AND_JSON
-            )
-        )
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(call)
-        await harness.wait_started()
-        refused = await http.post(
-            harness.url, json=cancel_body("job", "rebound"), headers={**SSE_AND_JSON, **foreign}
-        )
-        assert refused.status_code == status, refused.text
-        assert harness.cancellations == []
-        assert harness.log.last("job") == "started"
-        accepted = await http.post(
-            harness.url, json=cancel_body("job", "own"), headers=SSE_AND_JSON
-        )
-        assert accepted.status_code == 202
-    assert [c["reason"] for c in harness.cancellations] == ["own"]
-    assert final_message(answers[0])["error"]["data"] == {"reason": "own"}
-    await harness.wait_empty()
+    await refused_then_cancelled(harness, http, cancel_body("job", "rebound"), foreign, status)
 
 
 @pytest.mark.parametrize("shape", ["outside a CORS middleware", "install()", "mounted"])
