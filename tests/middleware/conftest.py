@@ -364,15 +364,19 @@ async def start_and_cancel(
     canceller: httpx.AsyncClient,
     start_headers: dict[str, str],
     cancel_headers: dict[str, str],
+    *,
+    cancel: dict[str, Any] | None = None,
+    seconds: float = 1,
 ) -> dict[str, Any]:
-    """Start a 1 s ``poll`` as *starter*, send a cancel as *canceller*, release; the answer."""
+    """Start a ``poll`` of *seconds* as *starter*, send *cancel* (default: a cancel of
+    it) as *canceller*; the call's answer."""
     answers: list[httpx.Response] = []
 
     async def call() -> None:
         answers.append(
             await starter.post(
                 harness.url,
-                json=call_body("job", "poll", {"seconds": 1}),
+                json=call_body("job", "poll", {"seconds": seconds}),
                 headers={**SSE_AND_JSON, **start_headers},
             )
         )
@@ -381,7 +385,9 @@ async def start_and_cancel(
         tg.start_soon(call)
         await harness.wait_started()
         response = await canceller.post(
-            harness.url, json=cancel_body("job"), headers={**SSE_AND_JSON, **cancel_headers}
+            harness.url,
+            json=cancel_body("job") if cancel is None else cancel,
+            headers={**SSE_AND_JSON, **cancel_headers},
         )
         assert response.status_code == 202
     return final_message(answers[0])

@@ -23,6 +23,7 @@ from .conftest import (
     cancel_body,
     final_message,
     refused_then_cancelled,
+    start_and_cancel,
 )
 
 pytestmark = pytest.mark.e2e
@@ -122,6 +123,20 @@ async def test_a_cancel_the_sdk_refuses_cancels_nothing(
     refused_body = {**body, "params": {"requestId": "job", "reason": "refused"}}
     refused = await refused_then_cancelled(harness, http, refused_body, headers, status)
     assert refused.json()["error"]["code"] in (-32600, -32602), refused.text
+
+
+async def test_a_cancel_with_a_null_id_is_a_notification_as_for_the_sdk(
+    serve: Serve, http: httpx.AsyncClient, flavour: str
+) -> None:
+    """The SDK validates ``{"id": null, "method": "notifications/cancelled", ...}`` as a
+    notification (some JSON-RPC clients send a null id with theirs): so does the
+    middleware, and it cancels the call."""
+    harness = serve(flavour, json_response=True)
+    null_id = {**cancel_body("job", "null id"), "id": None}
+    answer = await start_and_cancel(harness, http, http, {}, {}, cancel=null_id, seconds=30)
+    assert answer["error"]["data"] == {"reason": "null id"}
+    assert [c["reason"] for c in harness.cancellations] == ["null id"]
+    await harness.wait_empty()
 
 
 async def test_other_caller_cannot_cancel(

@@ -64,10 +64,11 @@ HANDSHAKE_PROTOCOL_VERSIONS: Final[frozenset[str]] = _handshake_versions()
 
 Kind = Literal["request", "cancel", "other"]
 #: What the middleware needs to know about one POST body: ``(kind, request_id, params,
-#: method)``. ``kind`` is ``"request"`` (a method call with an id, other than
-#: ``initialize``), ``"cancel"`` (a ``notifications/cancelled``), or ``"other"`` (anything
-#: else: passed through untouched, including everything the SDK will reject). A plain
-#: tuple: one is made per POST.
+#: method)``. ``kind`` is ``"request"`` (a method call with a non-null id, other than
+#: ``initialize``), ``"cancel"`` (a ``notifications/cancelled``, with no id or a null one,
+#: which the SDK validates as a notification), or ``"other"`` (anything else: passed
+#: through untouched, including everything the SDK will reject). A plain tuple: one is
+#: made per POST.
 Message = tuple[Kind, object, object, "str | None"]
 
 #: Everything the middleware passes through untouched.
@@ -96,7 +97,7 @@ def classify(body: bytes) -> Message:
         # A response, or an envelope the SDK refuses (it validates ``"jsonrpc": "2.0"``):
         # the SDK answers it, and the middleware acts on nothing the SDK would not accept.
         return OTHER
-    if "id" in decoded:
+    if decoded.get("id") is not None:  # an ``"id": null`` message is the SDK's notification
         if method == INITIALIZE_METHOD:
             return INITIALIZE
         params = decoded.get("params") if method == TOOLS_CALL_METHOD else None
