@@ -396,13 +396,14 @@ async def start_and_cancel(
 async def refused_then_cancelled(
     harness: Harness,
     http: httpx.AsyncClient,
-    body: dict[str, Any],
+    body: dict[str, Any] | bytes,
     headers: dict[str, str],
     status: int,
 ) -> httpx.Response:
-    """Start a 30 s ``poll`` as request ``job``; POST *body* with *headers*, which must be
-    refused with *status* and record nothing while the call runs on; then the same
-    caller's valid notification cancels the call. Returns the refusal."""
+    """Start a 30 s ``poll`` as request ``job``; POST *body* (JSON, or bytes as they are)
+    with *headers*, which must be refused with *status* and record nothing while the call
+    runs on; then the same caller's valid notification cancels the call. Returns the
+    refusal."""
     answers: list[httpx.Response] = []
 
     async def call() -> None:
@@ -415,7 +416,11 @@ async def refused_then_cancelled(
     async with anyio.create_task_group() as tg:
         tg.start_soon(call)
         await harness.wait_started()
-        refused = await http.post(harness.url, json=body, headers={**SSE_AND_JSON, **headers})
+        refused = await http.post(
+            harness.url,
+            headers={**SSE_AND_JSON, **headers},
+            **({"content": body} if isinstance(body, bytes) else {"json": body}),
+        )
         assert refused.status_code == status, refused.text
         assert harness.cancellations == []
         assert harness.log.last("job") == "started"

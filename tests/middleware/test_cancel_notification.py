@@ -70,26 +70,9 @@ async def test_a_cancel_the_sdk_cannot_parse_cancels_nothing(
     refuses as a parse error (here, valid JSON in an encoding other than plain UTF-8,
     which Python's ``json.loads`` would accept) must not cancel anything."""
     harness = serve("sdk", json_response=True)
-    answers: list[httpx.Response] = []
-
-    async def call() -> None:
-        answers.append(
-            await http.post(
-                harness.url, json=call_body("job", "poll", {"seconds": 1}), headers=SSE_AND_JSON
-            )
-        )
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(call)
-        await harness.wait_started()
-        body = json.dumps(cancel_body("job")).encode(encoding)
-        refused = await http.post(harness.url, content=body, headers=SSE_AND_JSON)
-        assert refused.status_code == 400, refused.text  # the SDK's own parse error
-        assert refused.json()["error"]["code"] == -32700
-    assert harness.cancellations == []
-    assert "result" in final_message(answers[0])
-    assert harness.log.last("job") == "completed"
-    await harness.wait_empty()
+    body = json.dumps(cancel_body("job")).encode(encoding)
+    refused = await refused_then_cancelled(harness, http, body, {}, 400)  # the SDK's own
+    assert refused.json()["error"]["code"] == -32700  # parse error
 
 
 #: Notifications the SDK refuses though its parser reads them: (name, body, headers,
