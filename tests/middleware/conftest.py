@@ -170,14 +170,27 @@ def build_sdk_app(
 
 
 def build_fastmcp_app(
-    log: ToolLog, *, json_response: bool, middleware: Any = None, stateless: bool = True
+    log: ToolLog,
+    *,
+    json_response: bool,
+    middleware: Any = None,
+    stateless: bool = True,
+    auth: bool = False,
 ) -> Any:
-    """The same tools on FastMCP (``fastmcp_middleware()`` answers -32800)."""
+    """The same tools on FastMCP (``fastmcp_middleware()`` answers -32800); with *auth*,
+    behind FastMCP's bearer authentication (the :data:`TOKENS`)."""
     from fastmcp import FastMCP
 
     from mcp_cancellation.integrations.fastmcp import fastmcp_middleware
 
-    server = FastMCP("middleware-tests-fastmcp", middleware=[fastmcp_middleware()])
+    verifier = None
+    if auth:
+        from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
+
+        verifier = StaticTokenVerifier(
+            tokens={token: {"client_id": client, "scopes": []} for token, client in TOKENS.items()}
+        )
+    server = FastMCP("middleware-tests-fastmcp", middleware=[fastmcp_middleware()], auth=verifier)
 
     @server.tool
     async def poll(seconds: float) -> str:

@@ -9,27 +9,46 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from starlette.middleware import Middleware
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, MemoryStorage, signals
 
 from ..support import UvicornThread, async_wait_until, stats_now
-from .conftest import SSE_AND_JSON, ToolLog, build_sdk_app, call_body, cancel_body
+from .conftest import (
+    SSE_AND_JSON,
+    ToolLog,
+    build_fastmcp_app,
+    build_sdk_app,
+    call_body,
+    cancel_body,
+)
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize("placement", ["install()", "around the app"])
+@pytest.mark.parametrize("placement", ["install()", "around the app", "fastmcp"])
 async def test_only_notifications_the_sdk_accepts_are_recorded(
     http: httpx.AsyncClient, placement: str
 ) -> None:
+    """``install()`` and FastMCP's ``http_app(middleware=...)`` run the middleware after
+    authentication; wrapped around the app, it sees no principal, and the SDK decides who
+    may send a notification."""
     log = ToolLog()
-    app = build_sdk_app(log, json_response=True, auth=True)
     registry = CancellationRegistry(MemoryStorage(), janitor_interval=None, max_rows_per_scope=1)
-    served: Any = app
-    if placement == "install()":
-        CancellationMiddleware.install(app, registry=registry)
-    else:  # the middleware sees no principal: the SDK decides who may send it
-        served = CancellationMiddleware(app, registry=registry)
+    served: Any
+    if placement == "fastmcp":
+        served = build_fastmcp_app(
+            log,
+            json_response=True,
+            auth=True,
+            middleware=[Middleware(CancellationMiddleware, registry=registry)],
+        )
+    else:
+        served = build_sdk_app(log, json_response=True, auth=True)
+        if placement == "install()":
+            CancellationMiddleware.install(served, registry=registry)
+        else:
+            served = CancellationMiddleware(served, registry=registry)
     recorded: list[dict[str, Any]] = []
 
     def record(sender: Any, **kwargs: Any) -> None:
