@@ -190,3 +190,21 @@ async def test_a_stateful_servers_202_stands_when_the_registry_refuses_the_row(
     assert harness.cancellations == []  # nothing recorded
     storage.down = False
     await harness.wait_empty()
+
+
+@pytest.mark.parametrize(
+    "request_id", [1.5, True, "z" * 300, None], ids=["float", "bool", "300 bytes", "null"]
+)
+async def test_a_stateful_server_gets_the_same_32602_for_an_invalid_id(
+    serve: Serve, http: httpx.AsyncClient, request_id: object
+) -> None:
+    """A notification whose id no row can have is refused by the middleware (-32602, id
+    null), before the SDK sees it, on a stateful server as on a stateless one."""
+    from .conftest import SSE_AND_JSON, cancel_body
+
+    harness = serve("sdk", json_response=True, stateless=False)
+    headers = {**SSE_AND_JSON, "mcp-session-id": "f" * 32}
+    answer = await http.post(harness.url, json=cancel_body(request_id), headers=headers)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["id"] is None
+    assert answer.json()["error"]["code"] == -32602

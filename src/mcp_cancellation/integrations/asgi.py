@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._asgi import ASGIApp, Message, Receive, Scope, Send, header
 from .._extras import requires
+from .._ids import normalize_id
 from ..errors import (
     CancellationLimitReached,
     ConfigurationError,
@@ -440,7 +441,13 @@ class CancellationMiddleware:
             # The SDK answers first, and only its 202 records the cancellation: a stateful
             # server validates the session (and runs its own per-session cancellation),
             # and an endpoint behind authentication refuses a caller the middleware does
-            # not see authenticated.
+            # not see authenticated. An id no row can have is refused first, as always.
+            try:
+                normalize_id(request_id)
+            except InvalidRequestId as exc:
+                message = f"Invalid params: {exc}"
+                await _jsonrpc.send_error(send, 400, _jsonrpc.INVALID_PARAMS, message)
+                return
             await self._cancel_once_accepted(
                 scope, receive, send, body, caller, request_id, params, transport.manager.stateless
             )
