@@ -15,7 +15,16 @@ from mcp_cancellation import CancellationMiddleware, CancellationRegistry, Memor
 from mcp_cancellation.integrations._sessions import IssuedSessions
 
 from ..support import UvicornThread, async_wait_until
-from .conftest import Serve, ToolLog, build_sdk_app, start_and_cancel
+from .conftest import (
+    SSE_AND_JSON,
+    FlakyStorage,
+    Serve,
+    ToolLog,
+    build_sdk_app,
+    call_body,
+    cancel_body,
+    start_and_cancel,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -131,8 +140,6 @@ async def test_a_stateful_servers_refusals_stand(
     """In front of a stateful server the SDK answers a notification first: one without a
     session id gets its 400, one naming a session it does not know its 404, and neither
     is recorded (a live session's own notifications: the tests above)."""
-    from .conftest import SSE_AND_JSON, cancel_body
-
     harness = serve(flavour, json_response=json_response, stateless=False)
     async with Client(harness.url, mode="legacy") as client, anyio.create_task_group() as tg:
         tg.start_soon(client.call_tool, "hold", {"key": "k"})
@@ -156,8 +163,6 @@ async def test_a_stateful_servers_202_stands_when_the_registry_refuses_the_row(
     """The SDK's own cancellation of a stateful session's call runs whatever the
     registry says: with the storage down the row is not written, the call still stops,
     and the client gets the SDK's 202, not a 503 asking it to try again."""
-    from .conftest import SSE_AND_JSON, FlakyStorage, call_body, cancel_body
-
     storage = FlakyStorage()
     registry = CancellationRegistry(storage, janitor_interval=None)
     harness = serve("sdk", json_response=True, stateless=False, registry=registry)
@@ -200,8 +205,6 @@ async def test_a_stateful_server_gets_the_same_32602_for_an_invalid_id(
 ) -> None:
     """A notification whose id no row can have is refused by the middleware (-32602, id
     null), before the SDK sees it, on a stateful server as on a stateless one."""
-    from .conftest import SSE_AND_JSON, cancel_body
-
     harness = serve("sdk", json_response=True, stateless=False)
     headers = {**SSE_AND_JSON, "mcp-session-id": "f" * 32}
     answer = await http.post(harness.url, json=cancel_body(request_id), headers=headers)
