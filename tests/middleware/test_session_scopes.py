@@ -207,7 +207,15 @@ async def test_a_stateful_server_gets_the_same_32602_for_an_invalid_id(
     null), before the SDK sees it, on a stateful server as on a stateless one."""
     harness = serve("sdk", json_response=True, stateless=False)
     headers = {**SSE_AND_JSON, "mcp-session-id": "f" * 32}
-    answer = await http.post(harness.url, json=cancel_body(request_id), headers=headers)
+    rejected: list[str] = []
+
+    def record(sender: object, **kwargs: Any) -> None:
+        rejected.append(kwargs["reason"])
+
+    with signals.cancellation_rejected.connected_to(record, sender=harness.registry):
+        answer = await http.post(harness.url, json=cancel_body(request_id), headers=headers)
     assert answer.status_code == 400, answer.text
     assert answer.json()["id"] is None
     assert answer.json()["error"]["code"] == -32602
+    # Reported as the abuse it is, as a stateless server's registry reports it.
+    assert rejected == ([] if request_id is None else ["invalid_request_id"])

@@ -441,13 +441,15 @@ class CancellationMiddleware:
             # The SDK answers first, and only its 202 records the cancellation: a stateful
             # server validates the session (and runs its own per-session cancellation),
             # and an endpoint behind authentication refuses a caller the middleware does
-            # not see authenticated. An id no row can have is refused first, as always.
+            # not see authenticated. An id no row can have is refused first, as always:
+            # by the registry, which reports it as on the other path.
             try:
                 normalize_id(request_id)
-            except InvalidRequestId as exc:
-                message = f"Invalid params: {exc}"
-                await _jsonrpc.send_error(send, 400, _jsonrpc.INVALID_PARAMS, message)
-                return
+            except InvalidRequestId:
+                error_answer = await self._record(caller, request_id, params)
+                if error_answer is not None:
+                    await error_answer(send)
+                    return
             await self._cancel_once_accepted(
                 scope, receive, send, body, caller, request_id, params, transport.manager.stateless
             )
