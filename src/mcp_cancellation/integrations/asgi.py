@@ -184,7 +184,6 @@ class CancellationMiddleware:
         self._transport_unsearchable = False  # the search raised once: not tried again
         #: The session ids the server issued (``issued_sessions``), else ``None``.
         self.sessions: IssuedSessions | None = IssuedSessions() if issued_sessions else None
-        self._janitor_checked = False
         self._started = False  # the first POST on the MCP path has been seen
         self.watchlists = Watchlists()  # starts the disconnect watchers of long requests
 
@@ -294,7 +293,6 @@ class CancellationMiddleware:
             kind = message.get("type")
             if kind == "lifespan.startup":
                 registry.start_janitor()
-                self._janitor_checked = True
             elif kind == "lifespan.shutdown":
                 try:
                     if self._owns_registry:
@@ -314,11 +312,10 @@ class CancellationMiddleware:
         request to track, which is returned (``None`` when handled here)."""
         if not self._started:
             # The first POST: the app has started (a lifespan startup has completed), so
-            # the SDK's session manager exists if there is one.
+            # the SDK's session manager exists if there is one. The janitor too, unless the
+            # server sends no lifespan events (start_janitor() is idempotent).
             self._started = True
-            if not self._janitor_checked:  # a server that sends no lifespan events
-                self._janitor_checked = True
-                self.registry.start_janitor()
+            self.registry.start_janitor()
             self._find_transport()
 
         # Read the whole body (the SDK does the same before parsing it). The common case,
