@@ -503,7 +503,10 @@ class RedisClusterServers:
 class UvicornThread:
     """A real uvicorn server for *app* on 127.0.0.1, running in a background thread.
 
-    The app runs on the thread's own event loop; tests talk to it over real sockets.
+    The app runs on the thread's own event loop; tests talk to it over real sockets. The
+    server stack is plain ``uvicorn``'s (asyncio and h11) unless ``loop``/``http`` say
+    otherwise: with uvloop and httptools installed, uvicorn's ``auto`` would pick them, and
+    which stack a test runs on must not depend on what else is installed.
     """
 
     def __init__(self, app: Any, *, port: int | None = None, **config: Any) -> None:
@@ -515,6 +518,8 @@ class UvicornThread:
         self.port: int = self.socket.getsockname()[1]
         config.setdefault("log_level", "warning")
         config.setdefault("lifespan", "on")
+        config.setdefault("loop", "asyncio")
+        config.setdefault("http", "h11")
         # Longer than any test client keeps an idle connection (httpx: 5 s): with equal
         # timeouts a reused connection can be closed under the client, failing a request.
         config.setdefault("timeout_keep_alive", KEEP_ALIVE)

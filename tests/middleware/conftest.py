@@ -256,7 +256,8 @@ Serve = Callable[..., Harness]
 
 @pytest.fixture
 def serve() -> Iterator[Serve]:
-    """Start servers: ``serve(flavour="sdk"|"fastmcp", json_response=..., **middleware)``."""
+    """Start servers: ``serve(flavour="sdk"|"fastmcp", json_response=..., **middleware)``;
+    ``server=`` holds uvicorn options (such as ``loop`` and ``http``)."""
     stack = contextlib.ExitStack()
 
     def start(
@@ -265,6 +266,7 @@ def serve() -> Iterator[Serve]:
         json_response: bool = False,
         registry: CancellationRegistry | None = None,
         stateless: bool = True,
+        server: dict[str, Any] | None = None,
         **options: Any,
     ) -> Harness:
         log = ToolLog()
@@ -289,14 +291,14 @@ def serve() -> Iterator[Serve]:
             raise ValueError(flavour)
         # uvicorn's own proxy-header handling (on by default for 127.0.0.1) would rewrite
         # scope["client"] before the middleware sees it; the middleware's is under test.
-        server = UvicornThread(app, proxy_headers=False)
-        harness = Harness(server, registry, log)
+        uvicorn = UvicornThread(app, proxy_headers=False, **(server or {}))
+        harness = Harness(uvicorn, registry, log)
 
         def record(sender: Any, **kwargs: Any) -> None:
             harness.cancellations.append(kwargs)
 
         stack.enter_context(sig.request_cancelled.connected_to(record, sender=registry))
-        stack.enter_context(server)  # started now, stopped after the test
+        stack.enter_context(uvicorn)  # started now, stopped after the test
         return harness
 
     with stack:
