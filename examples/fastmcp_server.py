@@ -1,6 +1,7 @@
 """The same cancellable server with FastMCP.
 
-Run:  python examples/fastmcp_server.py
+Run:  python examples/fastmcp_server.py                (uvicorn.run(app))
+      python examples/fastmcp_server.py --fastmcp-run  (mcp.run(transport="http"))
 (then: ./dev client, or python examples/client_cancel.py)
 
 FastMCP turns every exception a tool raises into an error *result*, so the conversion to
@@ -41,17 +42,30 @@ async def slow_count(seconds: int, ctx: Context) -> str:
 
 
 registry = CancellationRegistry()
-app = mcp.http_app(
-    path="/mcp",
-    stateless_http=True,
-    middleware=[
-        Middleware(CancellationMiddleware, registry=registry, path="/mcp", tools=tool_names(mcp))
-    ],
-)
+middleware = [
+    Middleware(CancellationMiddleware, registry=registry, path="/mcp", tools=tool_names(mcp))
+]
+app = mcp.http_app(path="/mcp", stateless_http=True, middleware=middleware)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--fastmcp-run",
+        action="store_true",
+        help="serve with FastMCP's own mcp.run(transport='http'), given the same middleware",
+    )
     args = parser.parse_args()
     log_to_stderr()  # one INFO line per cancelled call: scope kind, id, reason, how it ended
-    uvicorn.run(app, host="127.0.0.1", port=args.port)
+    if args.fastmcp_run:
+        mcp.run(
+            transport="http",
+            host="127.0.0.1",
+            port=args.port,
+            path="/mcp",
+            stateless_http=True,
+            middleware=middleware,
+            show_banner=False,
+        )
+    else:
+        uvicorn.run(app, host="127.0.0.1", port=args.port)

@@ -24,7 +24,12 @@ def _answers(url: str) -> bool:
 
 @pytest.mark.parametrize(
     ("example", "options"),
-    [("sdk_server.py", ()), ("sdk_server.py", ("--json-response",)), ("fastmcp_server.py", ())],
+    [
+        ("sdk_server.py", ()),
+        ("sdk_server.py", ("--json-response",)),
+        ("fastmcp_server.py", ()),
+        ("fastmcp_server.py", ("--fastmcp-run",)),
+    ],
 )
 def test_an_example_server_cancels_three_ways_and_logs_each(
     example: str, options: tuple[str, ...], tmp_path: pytest.TempPathFactory
