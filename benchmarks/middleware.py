@@ -18,8 +18,14 @@ driven *server-bound*, by a minimal HTTP/1.1 client on raw asyncio streams (preb
 requests, keep-alive, no parsing beyond the framing), which keeps each server's CPU busy:
 there throughput is the server's capacity, the figure a heavier load generator would see.
 
+The servers run on plain uvicorn's stack (asyncio and h11, what the ``[mcp]`` extra
+installs) unless ``--stack uvloop-httptools`` (``uvicorn[standard]``'s) says otherwise:
+httptools parses HTTP far faster than h11, so the same middleware is a larger share of a
+request there.
+
     python benchmarks/middleware.py [--duration 2] [--rounds 8] [--concurrency 16]
                                     [--mode json|sse|both]   (default both)
+                                    [--stack asyncio-h11|uvloop-httptools]
 """
 
 from __future__ import annotations
@@ -52,8 +58,12 @@ HEADERS = {
 # -- the servers (run in subprocesses) -------------------------------------------------------
 
 
-def serve(kind: str, port: int, json_response: bool) -> None:
-    """Run one server until killed: ``bare`` or ``wrapped``."""
+#: uvicorn's ``loop`` and ``http`` for each server stack.
+STACKS = {"asyncio-h11": ("asyncio", "h11"), "uvloop-httptools": ("uvloop", "httptools")}
+
+
+def serve(kind: str, port: int, json_response: bool, stack: str = "asyncio-h11") -> None:
+    """Run one server until killed: ``bare`` or ``wrapped``, on *stack*."""
     import uvicorn
 
     from mcp_cancellation import CancellationMiddleware, CancellationRegistry
@@ -65,8 +75,16 @@ def serve(kind: str, port: int, json_response: bool) -> None:
     )
     if kind == "wrapped":
         app = CancellationMiddleware(app, registry=CancellationRegistry())
+    loop, http = STACKS[stack]
     uvicorn.run(
-        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="on"
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        loop=loop,
+        http=http,
     )
 
 
@@ -79,9 +97,11 @@ def free_port() -> int:
         return port
 
 
-def start_server(kind: str, json_response: bool) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    kind: str, json_response: bool, stack: str = "asyncio-h11"
+) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    args = [sys.executable, __file__, "--serve", kind, "--port", str(port)]
+    args = [sys.executable, __file__, "--serve", kind, "--port", str(port), "--stack", stack]
     if not json_response:
         args.append("--sse")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
@@ -397,7 +417,7 @@ async def run(args: argparse.Namespace) -> None:
 
 
 async def run_mode(args: argparse.Namespace, json_response: bool) -> None:
-    servers = {kind: start_server(kind, json_response) for kind in ("bare", "wrapped")}
+    servers = {kind: start_server(kind, json_response, args.stack) for kind in ("bare", "wrapped")}
     try:
         cases: list[tuple[str, Callable[[], dict[str, Any]], Driver]] = [
             ("tools/call echo", tool_call, drive),
@@ -418,8 +438,9 @@ async def run_mode(args: argparse.Namespace, json_response: bool) -> None:
         )
         mode = "JSON" if json_response else "SSE"
         print(
-            f"middleware overhead: stateless MCPServer, {mode} responses, "
-            f"{args.concurrency} concurrent clients, {args.rounds} x {args.duration:g} s per case"
+            f"middleware overhead: stateless MCPServer, {mode} responses, uvicorn "
+            f"{args.stack}, {args.concurrency} concurrent clients, {args.rounds} x "
+            f"{args.duration:g} s per case"
         )
         for name, body, driver in cases:
             results: dict[str, list[Result]] = {"bare": [], "wrapped": []}
@@ -492,13 +513,19 @@ def main() -> None:
         help="response mode of the servers (default both, JSON first)",
     )
     parser.add_argument("--sse", action="store_true", help="the same as --mode sse")
+    parser.add_argument(
+        "--stack",
+        choices=list(STACKS),
+        default="asyncio-h11",
+        help="the servers' uvicorn stack (default asyncio-h11, plain uvicorn's)",
+    )
     parser.add_argument("--serve", choices=["bare", "wrapped"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sse:
         args.mode = "sse"
     if args.serve:
-        serve(args.serve, args.port, not args.sse)
+        serve(args.serve, args.port, not args.sse, args.stack)
         return
     asyncio.run(run(args))
 
