@@ -189,3 +189,82 @@ def test_the_index_agrees_with_the_table_through_a_flood_of_scopes_on_redis(
 
     storage = RedisStorage.from_url(redis_server.url, prefix=f"flood-{uuid.uuid4().hex[:10]}")
     _flood(storage, [1_000.0])
+
+
+# One scope per kind and number: the kind totals a bulk eviction or expiry of one-row
+# scopes keeps must be right for every kind, the unprefixed ones included.
+_KINDS = ("ip:10.2.{}.{}", "session:s{}-{}", "principal:p{}-{}", "custom-{}-{}")
+
+
+def _mixed_flood(storage: Storage, now: list[float], *, expiry: bool) -> None:
+    """A flood of one-row scopes of every kind, behind ``global`` and a few two-row
+    scopes, evicted batch after batch (each batch mostly one-row scopes of mixed kinds,
+    which the memory storage takes in bulk), then, where the test owns the clock, expired
+    a part and then the rest (whole runs of one-row and two-row scopes at once)."""
+    loop = asyncio.new_event_loop()
+    max_rows = 600  # batches of 30
+    registry = CancellationRegistry(
+        storage, max_rows=max_rows, max_rows_per_scope=None, ttl=None, janitor_interval=None
+    )
+    model = Model(max_rows, None)
+
+    def add(scope: str, key: int) -> None:
+        now[0] += 1.0
+        assert model.add(scope, str(key), None, now[0])
+        loop.run_until_complete(registry.cancel(key, None, scope=scope))
+
+    def check() -> None:
+        order = model.eviction_order()
+        summary = loop.run_until_complete(storage.summary(len(order) + 1, 2))
+        assert list(summary.largest) == order
+        kinds: dict[str, int] = {}
+        for scope, n in order:
+            kinds[scope_kind(scope)] = kinds.get(scope_kind(scope), 0) + n
+        assert {kind: n for kind, n in summary.rows.items() if n} == kinds
+        assert loop.run_until_complete(storage.stats()).rows == model.counts()
+        if isinstance(storage, MemoryStorage):
+            storage.check_index()
+
+    try:
+        for key in range(3):
+            add("global", key)
+        for i in range(400):
+            for pattern in _KINDS:
+                add(pattern.format(i // 100, i % 100), 0)
+            if i % 25 == 0:  # a second row for some: two-row scopes among the singles
+                add(_KINDS[i % 4].format(i // 100, i % 100), 1)
+            if i % 10 == 9:
+                check()
+        # 1 218 rows went in: the cap evicted batch after batch.
+        assert max_rows - max_rows // 20 < model.total <= max_rows
+        assert not model.rows["global"]
+        assert not model.rows["custom-2-0"]
+        check()
+        if expiry:
+            model.expire(800.0, now[0])  # half the remaining rows, mixed kinds
+            loop.run_until_complete(registry.cleanup(ttl=800.0))
+            check()
+            assert 0 < model.total < max_rows
+            now[0] += 10.0
+            model.expire(0.5, now[0])
+            loop.run_until_complete(registry.cleanup(ttl=0.5))
+            check()
+            assert model.total == 0
+    finally:
+        loop.run_until_complete(registry.aclose())
+        loop.close()
+
+
+def test_one_row_scopes_of_every_kind_evicted_and_expired_in_bulk_in_memory() -> None:
+    now = [1_000.0]
+    _mixed_flood(MemoryStorage(clock=lambda: now[0]), now, expiry=True)
+
+
+@pytest.mark.redis
+def test_one_row_scopes_of_every_kind_evicted_in_bulk_on_redis(
+    redis_server: RedisServer,
+) -> None:
+    from mcp_cancellation.storage.redis import RedisStorage
+
+    storage = RedisStorage.from_url(redis_server.url, prefix=f"mixed-{uuid.uuid4().hex[:10]}")
+    _mixed_flood(storage, [1_000.0], expiry=False)

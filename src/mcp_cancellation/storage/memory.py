@@ -21,8 +21,10 @@ import itertools
 import math
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Collection
-from itertools import islice
+from itertools import islice, repeat
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedList
@@ -65,6 +67,9 @@ _RELEASE_PER_CALL = 64
 # at most about 0.2 ms for the inserts before it, at any number of scopes.
 _CHANGED_LIMIT = 64
 
+# The part of a scope that decides its kind: its prefix and the colon, from str.partition.
+_HEAD = itemgetter(0, 1)
+
 # Numbers the memory storages of this process, so that each names its own table.
 _sequence = itertools.count(1)
 
@@ -93,7 +98,9 @@ class MemoryStorage(SynchronousStorage):
         self._kind_rows: dict[str, int] = {}
         self._in_flight = InFlightTokens()
         # Rows the cap evicted, awaiting release (see _evict).
-        self._graveyard: list[dict[str, _Row] | list[tuple[str, _Row]]] = []
+        self._graveyard: list[
+            dict[str, _Row] | list[tuple[str, _Row]] | list[dict[str, _Row]]
+        ] = []
 
     @property
     def identity(self) -> str:
@@ -235,38 +242,71 @@ class MemoryStorage(SynchronousStorage):
         if self._changed:
             self._refile()
         index = self._index
-        filed = self._filed
-        kind_rows = self._kind_rows
+        pop = index.pop
         evicted: list[tuple[str, int]] = []
         remaining = min(batch, self._total)
         graveyard = self._graveyard
         while remaining > 0 and index:
-            neg, _, scope = index.pop(0)
+            neg = index[0][0]
+            size = -neg
+            if size <= remaining:
+                # Scopes evicted whole: as many of this size as the batch takes, in bulk.
+                if size == 1:  # only one-row scopes are left (they sort last)
+                    scopes = [pop(0)[2] for _ in range(min(remaining, len(index)))]
+                    graveyard.append(self._bury(scopes, 1))
+                else:
+                    scopes = []
+                    most = remaining // size
+                    while len(scopes) < most and index and index[0][0] == neg:
+                        scopes.append(pop(0)[2])
+                    graveyard.extend(self._bury(scopes, size))
+                evicted.extend(zip(scopes, repeat(size)))
+                remaining -= len(scopes) * size
+                continue
+            # The last scope of the batch loses only its oldest rows.
+            scope = pop(0)[2]
             rows = self._rows[scope]
-            take = min(remaining, -neg)
-            if take == len(rows):
-                graveyard.append(self._rows.pop(scope))
-                del filed[scope]
-            elif take * 2 >= len(rows):
+            take = remaining
+            if take * 2 >= len(rows):
                 # Move the few survivors (the newest rows: read from the end) to a fresh
                 # dict and bury the old one whole.
                 survivors = list(islice(reversed(rows.items()), len(rows) - take))
                 survivors.reverse()
                 self._rows[scope] = rest = dict(survivors)
                 graveyard.append(rows)
-                filed[scope] = entry = _entry(scope, rest)
-                index.add(entry)
             else:
                 keys = list(islice(rows, take))
                 graveyard.append([(key, rows.pop(key)) for key in keys])
-                filed[scope] = entry = _entry(scope, rows)
-                index.add(entry)
-            kind = scope_kind(scope)
-            kind_rows[kind] -= take
+                rest = rows
+            self._filed[scope] = entry = _entry(scope, rest)
+            index.add(entry)
+            self._kind_rows[scope_kind(scope)] -= take
             evicted.append((scope, take))
-            remaining -= take
             self._total -= take
+            break
         return tuple(evicted)
+
+    def _bury(self, scopes: list[str], size: int) -> list[dict[str, _Row]]:
+        """Unlink *scopes* of *size* rows each, already taken out of the index: their
+        filed entries, kind totals and row total go with them; their rows are returned,
+        for the graveyard or to be freed. Called under the lock.
+
+        A flood of rotating addresses leaves thousands of one-row scopes to evict or
+        expire at once. Scope by scope in Python, as a scope that loses only some of its
+        rows must be, each cost about 2 us; here the work per scope is C-level (a map, a
+        loop of deletes, a count of their prefixes)."""
+        rows = list(map(self._rows.pop, scopes))
+        filed = self._filed
+        for scope in scopes:
+            del filed[scope]
+        kind_rows = self._kind_rows
+        # A scope's kind depends on its prefix and colon alone (scope_kind("ip:") == "ip",
+        # scope_kind("global") == "global"), and a flood has a handful of those.
+        heads = Counter(map(_HEAD, map(str.partition, scopes, repeat(":"))))
+        for (head, colon), count in heads.items():
+            kind_rows[scope_kind(head + colon)] -= count * size
+        self._total -= len(scopes) * size
+        return rows
 
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
         rows = self._rows.get(scope)
@@ -366,50 +406,62 @@ class MemoryStorage(SynchronousStorage):
         """Remove the rows created before *deadline*; how many. Called under the lock.
 
         Found from the scope-size index, not by visiting every scope: within one size, the
-        index orders scopes by their oldest row, so the scopes holding an expired row are a
-        prefix of each size's run, found by bisection. The cost is O((sizes + expired
-        scopes) log n), and a table has few distinct sizes (at most the quota, and at most
-        about sqrt(2 x rows))."""
+        index orders scopes by their oldest row, so the scopes holding an expired row are
+        one range of each size's run, found by bisection and taken out of the index at
+        once. The cost is O(sizes log n + expired scopes), and a table has few distinct
+        sizes (at most the quota, and at most about sqrt(2 x rows))."""
         if self._changed:
             self._refile()
         index = self._index
-        filed = self._filed
-        expired_scopes: list[_Entry] = []
-        # By key ranges, not positions: a position in a SortedList costs a rebuild of its
-        # positional index (O(n / 1000)) after any change, a key range only bisections.
+        removed = 0
         first = index[0] if index else None
         while first is not None:
             neg = first[0]
             if first[1] < deadline:  # the oldest of this size expired: maybe more did
-                # (neg, -inf, "") sorts before every entry of this size, (neg, deadline,
-                # "") after exactly those whose oldest row is older than the deadline.
-                expired_scopes.extend(
-                    index.irange((neg, -math.inf, ""), (neg, deadline, ""), inclusive=(True, False))
-                )
+                # (neg, deadline, "") sorts after exactly the entries of this size whose
+                # oldest row is older than the deadline.
+                start = index.bisect_left(first)
+                stop = index.bisect_left((neg, deadline, ""))
+                run = index[start:stop]
+                del index[start:stop]
+                removed += self._expire_run(run, -neg, deadline)
+            # Scopes the run left smaller were filed again, later in the index: each is
+            # seen again with its new size, and its oldest row has not expired.
             first = next(index.irange((neg + 1, -math.inf, "")), None)
-        removed = 0
-        for entry in expired_scopes:
-            scope = entry[2]
-            rows = self._rows[scope]
-            # Rows keep their first age and insertion order: the expired ones are a
-            # prefix, so the sweep stops at the first live row of the scope.
-            expired = 0
-            for created, _ in rows.values():
-                if created >= deadline:
-                    break
-                expired += 1
-            index.remove(entry)
-            if expired == len(rows):
-                del self._rows[scope]
-                del filed[scope]
-            else:
-                self._rows[scope] = rest = dict(islice(rows.items(), expired, None))
-                filed[scope] = entry = _entry(scope, rest)
-                index.add(entry)
-            self._kind_rows[scope_kind(scope)] -= expired
-            removed += expired
-        self._total -= removed
         return removed
+
+    def _expire_run(self, run: list[_Entry], size: int, deadline: float) -> int:
+        """Remove the expired rows of *run*, scopes of *size* rows each holding at least
+        one expired row, already out of the index; how many. Scopes that expire whole go
+        in bulk (:meth:`_bury`), the others lose their expired prefix and are filed again.
+        Called under the lock."""
+        if size == 1:
+            whole = [scope for _, _, scope in run]
+            removed = 0
+        else:
+            whole = []
+            removed = 0
+            all_rows = self._rows
+            for _, _, scope in run:
+                rows = all_rows[scope]
+                # Rows keep their first age and insertion order: the expired ones are a
+                # prefix, all of them when the newest has expired.
+                if next(reversed(rows.values()))[0] < deadline:
+                    whole.append(scope)
+                    continue
+                expired = 0
+                for created, _ in rows.values():
+                    if created >= deadline:
+                        break
+                    expired += 1
+                all_rows[scope] = rest = dict(islice(rows.items(), expired, None))
+                self._filed[scope] = entry = _entry(scope, rest)
+                self._index.add(entry)
+                self._kind_rows[scope_kind(scope)] -= expired
+                self._total -= expired
+                removed += expired
+        self._bury(whole, size)  # their rows are freed here, as the janitor's work
+        return removed + len(whole) * size
 
     def stats_nowait(self) -> StorageStats:
         """Synchronous :meth:`stats`: the memory storage always can."""
