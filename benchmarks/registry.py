@@ -19,12 +19,20 @@ Issue 14 adds, for 1., a floor without the lock but with a contextvar set and re
 with`` and nothing more, the same as a synchronous ``with``, and all of ``request()``'s work
 inlined in a synchronous ``with``), and 1b.: the bytes an in-flight request holds against
 its floor (a dict entry, its key tuple and a one-slot token): at most 2x.
+
+4. floods in memory: the memory storage's side of issue 14's correction (Redis's is
+   ``benchmarks/redis.py flood`` and ``expiry``). At a cap of 110 000 rows, one evicting
+   ``cancel()`` takes a batch of 5 500 rows from scopes of 1, 2 or 4 rows (an
+   address-rotation flood), and a janitor pass a TTL later expires all 110 000 of them;
+   each against the same rows held by one scope, in the same run. No goal: the figures
+   show what a flood costs the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import gc
 import itertools
 import sys
@@ -32,7 +40,7 @@ import threading
 import time
 import timeit
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -43,7 +51,12 @@ import contextlib
 
 from _common import best_of, check, quiet_gc, report
 
-from mcp_cancellation import CancellationLimitReached, CancellationRegistry, RequestToken
+from mcp_cancellation import (
+    CancellationLimitReached,
+    CancellationRegistry,
+    MemoryStorage,
+    RequestToken,
+)
 from mcp_cancellation.storage.base import Limits
 from mcp_cancellation.token import new_token
 
@@ -458,6 +471,94 @@ def bench_poll() -> None:
     check("poll <= 2x a plain attribute read (issue 14)", ratio <= 2.0)
 
 
+# -- 4. floods in memory -----------------------------------------------------------------
+
+FLOOD_CAP = 110_000
+#: Rows per scope: 0 is the baseline (the batch's rows, or all of them, in one scope).
+FLOOD_SHAPES = (0, 1, 2, 4)
+
+
+async def _flood_registry(
+    shape: int, rows: int, max_rows: int | None
+) -> tuple[CancellationRegistry, list[float]]:
+    """A registry on a memory storage with a clock of its own, holding *rows* rows in
+    scopes of *shape* rows each, filled round-robin (0: the first *rows* // 20 in one
+    scope when evicting, all of them when not); the registry and its clock."""
+    now = [0.0]
+    registry = CancellationRegistry(
+        MemoryStorage(clock=lambda: now[0]),
+        max_rows=max_rows,
+        max_rows_per_scope=None,
+        ttl=None,
+        janitor_interval=None,
+    )
+    big = (rows // 20 if max_rows is not None else rows) if shape == 0 else 0
+    size = max(1, shape)
+    for i in range(big):
+        now[0] += 1e-3
+        await registry.cancel(i, None, "principal:big")
+    for n in range(size):
+        for i in range((rows - big) // size):
+            now[0] += 1e-3
+            await registry.cancel(n, None, f"ip:10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
+    return registry, now
+
+
+async def _flood_evict(shape: int) -> float:
+    registry, _ = await _flood_registry(shape, FLOOD_CAP, FLOOD_CAP)
+    with quiet_gc():
+        started = time.perf_counter()
+        await registry.cancel(1, None, "ip:203.0.113.1")
+        elapsed = time.perf_counter() - started
+    assert (await registry.stats()).total_rows == FLOOD_CAP - FLOOD_CAP // 20 + 1
+    await registry.aclose()
+    return elapsed
+
+
+async def _flood_expire(shape: int) -> float:
+    registry, now = await _flood_registry(shape, FLOOD_CAP, None)
+    now[0] += 1_000.0
+    with quiet_gc():
+        started = time.perf_counter()
+        result = await registry.cleanup(ttl=1.0)
+        elapsed = time.perf_counter() - started
+    assert result.removed == FLOOD_CAP, result
+    await registry.aclose()
+    return elapsed / FLOOD_CAP
+
+
+def _run(measure: Callable[[int], Coroutine[Any, Any, float]], shape: int) -> float:
+    return asyncio.run(measure(shape))
+
+
+def _shape_name(shape: int, rows: int) -> str:
+    return f"{rows // shape:,} scopes of {shape} row{'s' if shape > 1 else ''}"
+
+
+def bench_floods() -> None:
+    batch = FLOOD_CAP // 20
+    print(f"4. floods in memory: cap {FLOOD_CAP:,}, batch {batch:,} (no goal)")
+    rounds = 3
+    evict = {s: best_of(rounds, functools.partial(_run, _flood_evict, s)) for s in FLOOD_SHAPES}
+    for shape in FLOOD_SHAPES[1:]:
+        name = f"evicting insert, {_shape_name(shape, batch)} vs one scope"
+        report(name, evict[shape], evict[0], unit="ms", scale=1e3)
+    expire = {s: best_of(rounds, functools.partial(_run, _flood_expire, s)) for s in FLOOD_SHAPES}
+    for shape in FLOOD_SHAPES[1:]:
+        report(
+            f"expiry per row, {_shape_name(shape, FLOOD_CAP)} vs one scope",
+            expire[shape],
+            expire[0],
+            unit="us",
+        )
+    print(f"  a janitor pass expiring all {FLOOD_CAP:,} rows: ", end="")
+    print(", ".join(f"{_label(s)} {expire[s] * FLOOD_CAP * 1e3:.1f} ms" for s in FLOOD_SHAPES))
+
+
+def _label(shape: int) -> str:
+    return "one scope" if shape == 0 else f"{shape}-row scopes"
+
+
 def main() -> None:
     print(f"Python {sys.version.split()[0]}; best of several rounds; ratios are ours/baseline")
     bench_request_life()
@@ -465,6 +566,7 @@ def main() -> None:
     bench_cap(10_000, 40, 5_000)
     bench_cap(100_000, 400, 20_000)
     bench_poll()
+    bench_floods()
 
 
 if __name__ == "__main__":
