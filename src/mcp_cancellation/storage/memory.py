@@ -98,9 +98,7 @@ class MemoryStorage(SynchronousStorage):
         self._kind_rows: dict[str, int] = {}
         self._in_flight = InFlightTokens()
         # Rows the cap evicted, awaiting release (see _evict).
-        self._graveyard: list[
-            dict[str, _Row] | list[tuple[str, _Row]] | list[dict[str, _Row]]
-        ] = []
+        self._graveyard: list[dict[str, _Row] | list[tuple[str, _Row]] | list[dict[str, _Row]]] = []
 
     @property
     def identity(self) -> str:
