@@ -27,10 +27,9 @@ from itertools import islice, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
-from sortedcontainers import SortedList
-
 from ..scope import scope_kind
 from ._in_flight import InFlightTokens
+from ._sorted_chunks import SortedChunks
 from .base import AddResult, Limits, StorageStats, SynchronousStorage, TableSummary
 
 if TYPE_CHECKING:
@@ -40,14 +39,20 @@ __all__ = ["MemoryStorage"]
 
 # A row is (created, reason); created is time.monotonic() when first recorded.
 _Row = tuple[float, str | None]
-# A scope in the size index: (-row count, age of its oldest row, scope). Sorted ascending,
-# the first entry is the scope the cap evicts from next.
-_Entry = tuple[int, float, str]
+# A scope in the size index: (-row count, age of its oldest row, scope, scope kind).
+# Sorted ascending (scopes are distinct, so the kind never decides), the first entry is the
+# scope the cap evicts from next. The kind rides along so that a batch of entries leaving
+# the index can be counted by kind without working each one out again.
+_Entry = tuple[int, float, str, str]
 
 
-def _entry(scope: str, rows: dict[str, _Row]) -> _Entry:
-    """The index entry of *scope* holding *rows* (non-empty)."""
-    return (-len(rows), next(iter(rows.values()))[0], scope)
+def _entry(scope: str, rows: dict[str, _Row], kind: str) -> _Entry:
+    """The index entry of *scope* (of *kind*) holding *rows* (non-empty)."""
+    return (-len(rows), next(iter(rows.values()))[0], scope, kind)
+
+
+_SCOPE = itemgetter(2)
+_KIND = itemgetter(3)
 
 
 # Results without evictions are shared: the hot path allocates nothing for them.
@@ -66,9 +71,6 @@ _RELEASE_PER_CALL = 64
 # us), so whatever reads the index next (an evicting insert, a scrape, the janitor) pays
 # at most about 0.2 ms for the inserts before it, at any number of scopes.
 _CHANGED_LIMIT = 64
-
-# The part of a scope that decides its kind: its prefix and the colon, from str.partition.
-_HEAD = itemgetter(0, 1)
 
 # Numbers the memory storages of this process, so that each names its own table.
 _sequence = itertools.count(1)
@@ -92,7 +94,7 @@ class MemoryStorage(SynchronousStorage):
         # The scope-size index (see _Entry): the entry filed for each scope, and the
         # scopes changed since (see _refile). The row totals by scope kind are those of
         # the filed entries: kept by evictions and expiries, and by re-filing.
-        self._index: SortedList[_Entry] = SortedList()
+        self._index: SortedChunks[_Entry] = SortedChunks()
         self._filed: dict[str, _Entry] = {}
         self._changed: set[str] = set()
         self._kind_rows: dict[str, int] = {}
@@ -150,9 +152,9 @@ class MemoryStorage(SynchronousStorage):
                     # coalesces with its first row), and a flood of new scopes then
                     # leaves no work behind for whatever reads the index next.
                     self._rows[scope] = {key: (created := self._clock(), reason)}
-                    self._filed[scope] = entry = (-1, created, scope)
-                    self._index.add(entry)
                     kind = scope_kind(scope)
+                    self._filed[scope] = entry = (-1, created, scope, kind)
+                    self._index.add(entry)
                     self._kind_rows[kind] = self._kind_rows.get(kind, 0) + 1
                 else:
                     if rows is None:
@@ -195,19 +197,20 @@ class MemoryStorage(SynchronousStorage):
                 if not resort:
                     index.remove(old)
                 size = old[0]  # -rows
+                kind = old[3]
+            else:
+                kind = scope_kind(scope)
             rows = all_rows.get(scope)
             if rows:
-                filed[scope] = entry = _entry(scope, rows)
+                filed[scope] = entry = _entry(scope, rows, kind)
                 if not resort:
                     index.add(entry)
                 size -= entry[0]
             if size:
-                kind = scope_kind(scope)
                 kind_rows[kind] = kind_rows.get(kind, 0) + size
         changed.clear()
         if resort:
-            index.clear()
-            index.update(filed.values())
+            index.replace(filed.values())
 
     def _release(self, budget: int = 0) -> None:
         """Free up to *budget* evicted rows (all with 0). Called under the lock."""
@@ -240,29 +243,26 @@ class MemoryStorage(SynchronousStorage):
         if self._changed:
             self._refile()
         index = self._index
-        pop = index.pop
         evicted: list[tuple[str, int]] = []
         remaining = min(batch, self._total)
         graveyard = self._graveyard
         while remaining > 0 and index:
-            neg = index[0][0]
+            neg = index.first()[0]
             size = -neg
             if size <= remaining:
-                # Scopes evicted whole: as many of this size as the batch takes, in bulk.
-                if size == 1:  # only one-row scopes are left (they sort last)
-                    scopes = [pop(0)[2] for _ in range(min(remaining, len(index)))]
-                    graveyard.append(self._bury(scopes, 1))
+                # Scopes evicted whole: as many of this size as the batch takes, off the
+                # front of the index at once (entries (neg, ...) sort before (neg + 1,)).
+                count = min(remaining // size, index.count_below((neg + 1,)))
+                entries = index.pop_front(count)
+                if size == 1:  # one graveyard entry: a row each
+                    graveyard.append(self._bury(entries, 1))
                 else:
-                    scopes = []
-                    most = remaining // size
-                    while len(scopes) < most and index and index[0][0] == neg:
-                        scopes.append(pop(0)[2])
-                    graveyard.extend(self._bury(scopes, size))
-                evicted.extend(zip(scopes, repeat(size)))
-                remaining -= len(scopes) * size
+                    graveyard.extend(self._bury(entries, size))
+                evicted.extend(zip(map(_SCOPE, entries), repeat(size)))
+                remaining -= count * size
                 continue
             # The last scope of the batch loses only its oldest rows.
-            scope = pop(0)[2]
+            _, _, scope, kind = index.pop_front(1)[0]
             rows = self._rows[scope]
             take = remaining
             if take * 2 >= len(rows):
@@ -276,33 +276,31 @@ class MemoryStorage(SynchronousStorage):
                 keys = list(islice(rows, take))
                 graveyard.append([(key, rows.pop(key)) for key in keys])
                 rest = rows
-            self._filed[scope] = entry = _entry(scope, rest)
+            self._filed[scope] = entry = _entry(scope, rest, kind)
             index.add(entry)
-            self._kind_rows[scope_kind(scope)] -= take
+            self._kind_rows[kind] -= take
             evicted.append((scope, take))
             self._total -= take
             break
         return tuple(evicted)
 
-    def _bury(self, scopes: list[str], size: int) -> list[dict[str, _Row]]:
-        """Unlink *scopes* of *size* rows each, already taken out of the index: their
-        filed entries, kind totals and row total go with them; their rows are returned,
-        for the graveyard or to be freed. Called under the lock.
+    def _bury(self, entries: list[_Entry], size: int) -> list[dict[str, _Row]]:
+        """Unlink the scopes of *entries*, of *size* rows each and already taken out of the
+        index: their filed entries, kind totals and row total go with them; their rows are
+        returned, for the graveyard or to be freed. Called under the lock.
 
         A flood of rotating addresses leaves thousands of one-row scopes to evict or
         expire at once. Scope by scope in Python, as a scope that loses only some of its
-        rows must be, each cost about 2 us; here the work per scope is C-level (a map, a
-        loop of deletes, a count of their prefixes)."""
+        rows must be, each cost about 2 us; here the work per scope is C-level (two maps,
+        a loop of deletes, a count of their kinds)."""
+        scopes = list(map(_SCOPE, entries))
         rows = list(map(self._rows.pop, scopes))
         filed = self._filed
         for scope in scopes:
             del filed[scope]
         kind_rows = self._kind_rows
-        # A scope's kind depends on its prefix and colon alone (scope_kind("ip:") == "ip",
-        # scope_kind("global") == "global"), and a flood has a handful of those.
-        heads = Counter(map(_HEAD, map(str.partition, scopes, repeat(":"))))
-        for (head, colon), count in heads.items():
-            kind_rows[scope_kind(head + colon)] -= count * size
+        for kind, count in Counter(map(_KIND, entries)).items():
+            kind_rows[kind] -= count * size
         self._total -= len(scopes) * size
         return rows
 
@@ -412,20 +410,17 @@ class MemoryStorage(SynchronousStorage):
             self._refile()
         index = self._index
         removed = 0
-        first = index[0] if index else None
+        first = index.first() if index else None
         while first is not None:
             neg = first[0]
             if first[1] < deadline:  # the oldest of this size expired: maybe more did
                 # (neg, deadline, "") sorts after exactly the entries of this size whose
                 # oldest row is older than the deadline.
-                start = index.bisect_left(first)
-                stop = index.bisect_left((neg, deadline, ""))
-                run = index[start:stop]
-                del index[start:stop]
+                run = index.pop_range(first, (neg, deadline, ""))
                 removed += self._expire_run(run, -neg, deadline)
             # Scopes the run left smaller were filed again, later in the index: each is
             # seen again with its new size, and its oldest row has not expired.
-            first = next(index.irange((neg + 1, -math.inf, "")), None)
+            first = index.first_from((neg + 1, -math.inf, ""))
         return removed
 
     def _expire_run(self, run: list[_Entry], size: int, deadline: float) -> int:
@@ -433,19 +428,19 @@ class MemoryStorage(SynchronousStorage):
         one expired row, already out of the index; how many. Scopes that expire whole go
         in bulk (:meth:`_bury`), the others lose their expired prefix and are filed again.
         Called under the lock."""
+        removed = 0
         if size == 1:
-            whole = [scope for _, _, scope in run]
-            removed = 0
+            whole = run
         else:
             whole = []
-            removed = 0
             all_rows = self._rows
-            for _, _, scope in run:
+            for entry in run:
+                _, _, scope, kind = entry
                 rows = all_rows[scope]
                 # Rows keep their first age and insertion order: the expired ones are a
                 # prefix, all of them when the newest has expired.
                 if next(reversed(rows.values()))[0] < deadline:
-                    whole.append(scope)
+                    whole.append(entry)
                     continue
                 expired = 0
                 for created, _ in rows.values():
@@ -453,9 +448,9 @@ class MemoryStorage(SynchronousStorage):
                         break
                     expired += 1
                 all_rows[scope] = rest = dict(islice(rows.items(), expired, None))
-                self._filed[scope] = entry = _entry(scope, rest)
-                self._index.add(entry)
-                self._kind_rows[scope_kind(scope)] -= expired
+                self._filed[scope] = refiled = _entry(scope, rest, kind)
+                self._index.add(refiled)
+                self._kind_rows[kind] -= expired
                 self._total -= expired
                 removed += expired
         self._bury(whole, size)  # their rows are freed here, as the janitor's work
@@ -474,10 +469,10 @@ class MemoryStorage(SynchronousStorage):
         with self._lock:
             if self._changed:
                 self._refile()
-            largest = tuple((scope, -neg) for neg, _, scope in islice(self._index, top_k))
+            largest = tuple((scope, -neg) for neg, _, scope, _ in islice(self._index, top_k))
             # Entries are (-rows, first, scope): rows >= at_least sort before this probe.
             probe = (1 - (at_least or 0), -math.inf, "")
-            near = 0 if at_least is None else self._index.bisect_left(probe)
+            near = 0 if at_least is None else self._index.count_below(probe)
             rows = {kind: n for kind, n in self._kind_rows.items() if n}
             flights = self._in_flight.counts()
         in_flight: dict[str, int] = {}
@@ -491,7 +486,10 @@ class MemoryStorage(SynchronousStorage):
         tests: a full scan)."""
         with self._lock:
             self._refile()
-            expected = sorted(_entry(scope, rows) for scope, rows in self._rows.items())
+            expected = sorted(
+                _entry(scope, rows, scope_kind(scope)) for scope, rows in self._rows.items()
+            )
+            self._index.check()
             assert list(self._index) == expected, "scope-size index out of step"
             assert sorted(self._filed.values()) == expected, "filed entries out of step"
             kinds: dict[str, int] = {}
