@@ -24,7 +24,9 @@ _alive: list[CancellationRegistry] = []  # a live worker's registry outlives wor
 
 
 async def work(n: int, live: bool) -> PrometheusBridge:
-    registry = CancellationRegistry(max_rows_per_scope=2, janitor_interval=None)
+    # A cap of 40 rows, evicting 2 at a time: the burst of session cancellations below
+    # evicts the offender's two rows in one go (the largest scope), then the n others.
+    registry = CancellationRegistry(max_rows_per_scope=2, max_rows=40, janitor_interval=None)
     _alive.append(registry)
     bridge = PrometheusBridge(registry, collector_registry=CollectorRegistry()).install()
     for i in range(n):
@@ -32,6 +34,8 @@ async def work(n: int, live: bool) -> PrometheusBridge:
     for i in range(2 + n):  # two accepted, n rejected
         with contextlib.suppress(CancellationLimitReached):
             await registry.cancel(i, None, OFFENDER)
+    for i in range(40):  # n + 2 + 40 rows: n + 2 evicted, rounded up to the batch
+        await registry.cancel(i, None, f"session:s{os.getpid()}-{i}")
     if not live:
         bridge.uninstall()  # flushes this worker's heavy-hitter counts
     return bridge

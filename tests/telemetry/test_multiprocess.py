@@ -35,6 +35,11 @@ def test_counters_and_rejections_add_up_across_workers(tmp_path: Path) -> None:
     # Counters: 3 + 2 and 5 + 2 ip cancellations, 3 + 5 rejections, plus the scraper's own.
     assert value(parsed, P + "cancelled_total", scope_kind="ip") == 12
     assert value(parsed, P + "cancelled_total", scope_kind="principal") == 1
+    assert value(parsed, P + "cancelled_total", scope_kind="session") == 80
+    # Each worker's cap evicted its n + 2 ip rows (5 + 7, the offender's two in one
+    # eviction), and, batches being of 2, one session row each.
+    assert value(parsed, P + "evicted_total", scope_kind="ip") == 12
+    assert value(parsed, P + "evicted_total", scope_kind="session") == 2
     assert value(parsed, P + "rejected_total", scope_kind="ip", reason="quota", mode="enforce") == 8
     assert (
         value(

@@ -173,6 +173,29 @@ async def test_flood_from_100k_addresses_keeps_series_bounded(make_registry: Mak
     assert value(parsed, P + "evicted_total", scope_kind="ip") == accepted - rows
 
 
+async def test_evictions_count_rows_not_scopes(make_registry: MakeRegistry) -> None:
+    """One evicted scope can lose several rows at once: evicted_total adds them all, by
+    the scope's kind (a flood of one-row scopes, one row each)."""
+    registry: CancellationRegistry = make_registry(max_rows=80, max_rows_per_scope=None)
+    bridge = PrometheusBridge(registry, collector_registry=CollectorRegistry()).install()
+    try:
+        for request_id in range(60):
+            await registry.cancel(request_id, None, "principal:big")
+        for i in range(20):
+            await registry.cancel(1, None, f"ip:10.9.0.{i}")
+        await registry.cancel(1, None, "ip:203.0.113.1")  # at the cap: a batch of 4
+        for i in range(56):  # 56 more single rows: the big scope goes first, 4 at a time
+            await registry.cancel(1, None, f"session:flood-{i}")
+        body, _ = await bridge.render()
+        parsed = samples(body.decode())
+    finally:
+        bridge.uninstall()
+    assert value(parsed, P + "evicted_total", scope_kind="principal") == 60
+    assert value(parsed, P + "evicted_total", scope_kind="ip") == 0
+    assert value(parsed, P + "evicted_total", scope_kind="session") == 0
+    assert (await registry.stats()).rows.get("principal:big") is None
+
+
 async def test_session_scopes_are_hashed_everywhere(make_registry: MakeRegistry) -> None:
     registry: CancellationRegistry = make_registry(max_rows_per_scope=1)
     app = metrics_app(registry)

@@ -1,12 +1,14 @@
-"""The cancellation counter by scope kind, counted cheaply (private).
+"""Counters by scope kind, counted cheaply (private).
 
 ``request.cancelled`` is the one signal every recorded cancellation sends, so its counter
-is on ``cancel()``'s path. A ``prometheus_client`` child spends three Python calls and a
-``with`` on its lock per increment (about 0.6 µs here, an eighth of a whole ``cancel()``);
-:class:`KindTally` adds to a plain int under a lock taken without ``with``, and its own
-collector exposes the same counter family (``_total`` and ``_created`` per scope kind, every
-kind from the start). In multiprocess mode the counter must live in prometheus_client's
-files, so :class:`KindChildren` keeps the ordinary children behind the same ``inc``.
+is on ``cancel()``'s path; ``cancellation.evicted`` comes once per evicted scope, thousands
+at once when the cap meets a flood of one-row scopes. A ``prometheus_client`` child spends
+three Python calls and a ``with`` on its lock per increment (about 0.6 µs here, an eighth
+of a whole ``cancel()``); :class:`KindTally` adds to a plain int under a lock taken without
+``with``, and its own collector exposes the same counter family (``_total`` and
+``_created`` per scope kind, every kind from the start). In multiprocess mode the counter
+must live in prometheus_client's files, so :class:`KindChildren` keeps the ordinary
+children behind the same ``inc``.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ __all__ = ["KindChildren", "KindCounter", "KindTally"]
 
 
 class KindCounter(Protocol):
-    def inc(self, kind: str) -> None: ...
+    def inc(self, kind: str, amount: int = 1) -> None: ...
 
 
 class KindTally:
@@ -41,12 +43,13 @@ class KindTally:
         self._counts = dict.fromkeys(values, 0)
         self._created = time.time()
 
-    def inc(self, kind: str) -> None:
-        """Count one for *kind* (one of the values given; anything else raises KeyError)."""
+    def inc(self, kind: str, amount: int = 1) -> None:
+        """Count *amount* (>= 0) for *kind* (one of the values given; anything else
+        raises KeyError)."""
         lock = self._lock
         lock.acquire()
         try:
-            self._counts[kind] += 1
+            self._counts[kind] += amount
         finally:
             lock.release()
 
@@ -74,5 +77,5 @@ class KindChildren:
     def __init__(self, counter: Counter, values: Sequence[str]) -> None:
         self._children = {value: counter.labels(value) for value in values}
 
-    def inc(self, kind: str) -> None:
-        self._children[kind].inc()
+    def inc(self, kind: str, amount: int = 1) -> None:
+        self._children[kind].inc(amount)

@@ -109,7 +109,7 @@ class PrometheusBridge(Bridge):
         self._counters: list[Collector] = []
         self._cancelled: KindCounter | None = None
         self._rejected: dict[tuple[str, str, str], Counter] = {}
-        self._evicted: dict[str, Counter] = {}
+        self._evicted: KindCounter | None = None
         self._cleanup: dict[str, Counter] = {}
         self._storage_errors: dict[str, Counter] = {}
         self._stop_seconds: dict[tuple[str, str], Histogram] = {}
@@ -149,6 +149,17 @@ class PrometheusBridge(Bridge):
             (signals.storage_error, self._on_storage_error),
         ]
 
+    def _kind_counter(self, name: str) -> tuple[Collector, KindCounter]:
+        """The counter ``<name>_total{scope_kind}``, every kind from the start: a tally
+        exposed by its own collector, except where prometheus_client's files must hold
+        it (multiprocess mode; see _tally). Its collector, and what to count with."""
+        info = METRICS[PREFIX + name + "_total"]
+        if self.multiprocess_dir is None:
+            tally = KindTally(info.name, info.help, info.labels[0], SCOPE_KINDS)
+            return tally, tally
+        counter = Counter(PREFIX + name, info.help, list(info.labels), registry=None)
+        return counter, KindChildren(counter, SCOPE_KINDS)
+
     def _make_counters(self) -> None:
         reg = self.collector_registry
 
@@ -157,21 +168,14 @@ class PrometheusBridge(Bridge):
             return Counter(PREFIX + name, info.help, list(info.labels), registry=None)
 
         rejected = make("rejected")
-        evicted, cleanup = make("evicted"), make("cleanup_removed")
+        cleanup = make("cleanup_removed")
         errors = make("storage_errors")
         self._storage_errors = {o: errors.labels(self._storage, o) for o in STORAGE_OPERATIONS}
         # Every label combination exists from the start, so rate() sees the first event.
-        # The hot counter (every recorded cancellation): a tally exposed by its own
-        # collector, except where prometheus_client's files must hold it (see _tally).
-        cancelled: Collector
-        if self.multiprocess_dir is None:
-            info = METRICS[PREFIX + "cancelled_total"]
-            tally = KindTally(info.name, info.help, info.labels[0], SCOPE_KINDS)
-            cancelled, self._cancelled = tally, tally
-        else:
-            counter = make("cancelled")
-            cancelled, self._cancelled = counter, KindChildren(counter, SCOPE_KINDS)
-        self._evicted = {k: evicted.labels(k) for k in SCOPE_KINDS}
+        # The hot counters, by scope kind alone: every recorded cancellation, and every
+        # evicted scope (thousands at once in a flood).
+        cancelled, self._cancelled = self._kind_counter("cancelled")
+        evicted, self._evicted = self._kind_counter("evicted")
         self._rejected = {
             (k, r, m): rejected.labels(k, r, m) for k in SCOPE_KINDS for r, m in REJECTIONS
         }
@@ -241,9 +245,12 @@ class PrometheusBridge(Bridge):
         if self._files is not None:
             self._files.mark()
 
-    @never_raise
     def _on_evicted(self, sender: object, *, scope: str, count: int, **_: object) -> None:
-        self._evicted[scope_kind(scope)].inc(count)
+        # never_raise, inlined: a flood's eviction sends this once per evicted scope.
+        try:
+            self._evicted.inc(scope_kind(scope), count)  # type: ignore[union-attr]
+        except Exception:
+            logger.exception("telemetry receiver %s failed", "PrometheusBridge._on_evicted")
 
     @never_raise
     def _on_cleanup(
