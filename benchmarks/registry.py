@@ -24,8 +24,9 @@ its floor (a dict entry, its key tuple and a one-slot token): at most 2x.
    ``benchmarks/redis.py flood`` and ``expiry``). At a cap of 110 000 rows, one evicting
    ``cancel()`` takes a batch of 5 500 rows from scopes of 1, 2 or 4 rows (an
    address-rotation flood), and a janitor pass a TTL later expires all 110 000 of them;
-   each against the same rows held by one scope, in the same run. No goal: the figures
-   show what a flood costs the event loop.
+   each against the same rows held by one scope, in the same run; the evicting insert of
+   one-row scopes also with the Prometheus bridge (one signal per evicted scope). No
+   goal: the figures show what a flood costs the event loop.
 """
 
 from __future__ import annotations
@@ -504,15 +505,30 @@ async def _flood_registry(
     return registry, now
 
 
-async def _flood_evict(shape: int) -> float:
+async def _flood_evict(shape: int, bridged: bool = False) -> float:
+    """The evicting insert's time; *bridged*: with a Prometheus bridge installed, which
+    counts each evicted scope's ``cancellation.evicted`` signal."""
     registry, _ = await _flood_registry(shape, FLOOD_CAP, FLOOD_CAP)
+    bridge = None
+    if bridged:
+        from prometheus_client import CollectorRegistry
+
+        from mcp_cancellation.telemetry.prometheus import PrometheusBridge
+
+        bridge = PrometheusBridge(registry, collector_registry=CollectorRegistry()).install()
     with quiet_gc():
         started = time.perf_counter()
         await registry.cancel(1, None, "ip:203.0.113.1")
         elapsed = time.perf_counter() - started
     assert (await registry.stats()).total_rows == FLOOD_CAP - FLOOD_CAP // 20 + 1
+    if bridge is not None:
+        bridge.uninstall()
     await registry.aclose()
     return elapsed
+
+
+async def _flood_evict_bridged(shape: int) -> float:
+    return await _flood_evict(shape, bridged=True)
 
 
 async def _flood_expire(shape: int) -> float:
@@ -543,6 +559,9 @@ def bench_floods() -> None:
     for shape in FLOOD_SHAPES[1:]:
         name = f"evicting insert, {_shape_name(shape, batch)} vs one scope"
         report(name, evict[shape], evict[0], unit="ms", scale=1e3)
+    bridged = {s: best_of(rounds, functools.partial(_run, _flood_evict_bridged, s)) for s in (0, 1)}
+    name = f"{batch:,} one-row scopes, with the Prometheus bridge"
+    report(name, bridged[1], bridged[0], unit="ms", scale=1e3)
     expire = {s: best_of(rounds, functools.partial(_run, _flood_expire, s)) for s in FLOOD_SHAPES}
     for shape in FLOOD_SHAPES[1:]:
         report(

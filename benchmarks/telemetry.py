@@ -12,6 +12,9 @@ printed beside a baseline measured in the same run; the ratio is the number to r
    10 000 rows over 5 000 scopes, against a scrape of an empty registry and against the
    bare ``summary_nowait()`` read; then the same after 100 000 distinct scopes were
    rejected. (``benchmarks/scopes.py`` sweeps the number of scopes up to 1 000 000.)
+4. one evicting ``cancel()`` at a cap of 22 000 one-row scopes (a batch of 1 100 of them,
+   one ``cancellation.evicted`` signal each: an address-rotation flood), with each bridge
+   against none; printed per evicted scope, and what the bridge adds to each (no goal).
 """
 
 from __future__ import annotations
@@ -59,10 +62,29 @@ async def _rejections(registry: CancellationRegistry, n: int) -> float:
     return (time.perf_counter() - start) / n
 
 
+EVICT_CAP = 22_000
+
+
+async def _evicting(registry: CancellationRegistry, n: int) -> float:
+    """The one insert that hits the cap, per evicted scope (*n* is unused)."""
+    start = time.perf_counter()
+    await registry.cancel(1, None, "ip:203.0.113.1")
+    elapsed = time.perf_counter() - start
+    assert (await registry.stats()).total_rows == EVICT_CAP - EVICT_CAP // 20 + 1
+    return elapsed / (EVICT_CAP // 20)
+
+
 def _one(mode: str, bench: str) -> float:
     """Time per call with *mode* bridges attached, on a fresh registry."""
     if bench == "cancel":
         registry = _registry()
+    elif bench == "evict":  # the table at its cap, one row in each scope
+        registry = _registry(max_rows=EVICT_CAP)
+        storage = registry.storage
+        assert isinstance(storage, MemoryStorage)
+        for i in range(EVICT_CAP):
+            scope = f"ip:10.{i >> 16}.{(i >> 8) & 255}.{i & 255}"
+            storage.add_nowait(scope, "seed", None, limits=registry.limits)
     else:  # every scope already holds its one allowed row: each call is rejected
         registry = _registry(max_rows_per_scope=1)
         storage = registry.storage
@@ -82,7 +104,7 @@ def _one(mode: str, bench: str) -> float:
             ).install()
         )
     try:
-        run = _cancels if bench == "cancel" else _rejections
+        run = {"cancel": _cancels, "reject": _rejections, "evict": _evicting}[bench]
         return asyncio.run(run(registry, N))
     finally:
         for bridge in bridges:
@@ -172,9 +194,20 @@ def _stats_read(storage: MemoryStorage, n: int) -> float:
     return (time.perf_counter() - start) / n
 
 
+def bench_evict() -> None:
+    batch = EVICT_CAP // 20
+    print(f"4. one evicting cancel(): {batch} one-row scopes of {EVICT_CAP}, per evicted scope")
+    t = _measure(("none", "prometheus", "otel"), "evict")
+    report("no bridge (baseline)", t["none"], t["none"])
+    for mode, name in (("prometheus", "Prometheus bridge"), ("otel", "OpenTelemetry bridge")):
+        report(name, t[mode], t["none"])
+        print(f"    {name} adds {(t[mode] - t['none']) * 1e6:.2f} us per evicted scope")
+
+
 def main() -> None:
     bench_cancel()
     bench_scrape()
+    bench_evict()
 
 
 if __name__ == "__main__":

@@ -237,7 +237,9 @@ class OpenTelemetryBridge(Bridge):
     def _on_evicted(self, sender: object, *, scope: str, count: int, **_: object) -> None:
         if self._elsewhere(sender):
             return
-        kind = scope_kind(scope)
+        # Once per evicted scope, thousands in a flood's batch, each a scope not seen
+        # lately: scope_kind's cache would only miss, and churn.
+        kind = scope_kind.__wrapped__(scope)
         span = trace.get_current_span()
         if span.is_recording():
             attributes: dict[str, str | int] = {
