@@ -113,12 +113,27 @@ class SortedChunks(Generic[T]):
             self._settle(0)
         return taken
 
-    def pop_range(self, low: tuple[Any, ...], high: tuple[Any, ...]) -> list[T]:
-        """Remove and return the entries ``e`` with ``low <= e < high``, in order."""
+    def pop_range(
+        self, low: tuple[Any, ...], high: tuple[Any, ...], limit: int | None = None
+    ) -> list[T]:
+        """Remove and return the entries ``e`` with ``low <= e < high``, in order: the
+        first *limit* of them when a limit is given."""
         lists, maxes = self._lists, self._maxes
         start = bisect_left(maxes, low)
         if start == len(lists) or not low < high:
             return []
+        if limit is not None:
+            # Move high down to the entry just past the first *limit* (a walk over chunks).
+            pos, idx, need = start, bisect_left(lists[start], low), limit
+            while pos < len(lists):
+                left = len(lists[pos]) - idx
+                if need < left:
+                    high = min(high, lists[pos][idx + need])
+                    break
+                need -= left
+                pos, idx = pos + 1, 0
+            if not low < high:
+                return []
         stop = bisect_left(maxes, high)  # the chunk holding high, or len(lists)
         chunk = lists[start]
         first = bisect_left(chunk, low)
