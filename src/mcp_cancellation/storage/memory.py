@@ -501,7 +501,7 @@ class MemoryStorage(SynchronousStorage):
             if self._changed:
                 self._refile()
             largest = tuple((scope, -neg) for neg, _, scope, _ in islice(self._index, top_k))
-            # Entries are (-rows, first, scope): rows >= at_least sort before this probe.
+            # Entries are (-rows, first, scope, kind): rows >= at_least sort before this probe.
             probe = (1 - (at_least or 0), -math.inf, "")
             near = 0 if at_least is None else self._index.count_below(probe)
             rows = {kind: n for kind, n in self._kind_rows.items() if n}
