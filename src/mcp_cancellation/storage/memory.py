@@ -286,19 +286,26 @@ class MemoryStorage(SynchronousStorage):
                 # dict and bury the old one whole.
                 survivors = list(islice(reversed(rows.items()), len(rows) - take))
                 survivors.reverse()
-                self._rows[scope] = rest = dict(survivors)
+                rest = dict(survivors)
                 graveyard.append(rows)
             else:
                 keys = list(islice(rows, take))
                 graveyard.append([(key, rows.pop(key)) for key in keys])
                 rest = rows
-            self._filed[scope] = entry = _entry(scope, rest, kind)
-            index.add(entry)
-            self._kind_rows[kind] -= take
+            self._keep(scope, rest, kind, take)
             evicted.append((scope, take))
-            self._total -= take
             break
         return tuple(evicted)
+
+    def _keep(self, scope: str, rest: dict[str, _Row], kind: str, lost: int) -> None:
+        """*scope* (of *kind*, already out of the index) lost its *lost* oldest rows and
+        keeps *rest* (non-empty): hold and file it again, and move the totals. Called
+        under the lock."""
+        self._rows[scope] = rest
+        self._filed[scope] = entry = _entry(scope, rest, kind)
+        self._index.add(entry)
+        self._kind_rows[kind] -= lost
+        self._total -= lost
 
     def _bury(self, entries: list[_Entry], size: int) -> list[dict[str, _Row]]:
         """Unlink the scopes of *entries*, of *size* rows each and already taken out of the
@@ -478,11 +485,7 @@ class MemoryStorage(SynchronousStorage):
                     if created >= deadline:
                         break
                     expired += 1
-                all_rows[scope] = rest = dict(islice(rows.items(), expired, None))
-                self._filed[scope] = refiled = _entry(scope, rest, kind)
-                self._index.add(refiled)
-                self._kind_rows[kind] -= expired
-                self._total -= expired
+                self._keep(scope, dict(islice(rows.items(), expired, None)), kind, expired)
                 removed += expired
         self._bury(whole, size)  # their rows are freed here, as the janitor's work
         return removed + len(whole) * size
