@@ -50,6 +50,13 @@ _pending: contextvars.ContextVar[tuple[PrometheusBridge, TableSummary | None] | 
 )
 
 
+def _counter(name: str) -> Counter:
+    """The ``prometheus_client`` counter ``<name>_total``, as the catalogue describes it
+    (registered by the bridge, in its own collector registry)."""
+    info = METRICS[PREFIX + name + "_total"]
+    return Counter(PREFIX + name, info.help, list(info.labels), registry=None)
+
+
 class PrometheusBridge(Bridge):
     """Exports one :class:`~mcp_cancellation.CancellationRegistry` to Prometheus.
 
@@ -157,19 +164,15 @@ class PrometheusBridge(Bridge):
         if self.multiprocess_dir is None:
             tally = KindTally(info.name, info.help, info.labels[0], SCOPE_KINDS)
             return tally, tally
-        counter = Counter(PREFIX + name, info.help, list(info.labels), registry=None)
+        counter = _counter(name)
         return counter, KindChildren(counter, SCOPE_KINDS)
 
     def _make_counters(self) -> None:
         reg = self.collector_registry
 
-        def make(name: str) -> Counter:  # as the catalogue describes it
-            info = METRICS[PREFIX + name + "_total"]
-            return Counter(PREFIX + name, info.help, list(info.labels), registry=None)
-
-        rejected = make("rejected")
-        cleanup = make("cleanup_removed")
-        errors = make("storage_errors")
+        rejected = _counter("rejected")
+        cleanup = _counter("cleanup_removed")
+        errors = _counter("storage_errors")
         self._storage_errors = {o: errors.labels(self._storage, o) for o in STORAGE_OPERATIONS}
         # Every label combination exists from the start, so rate() sees the first event.
         # The hot counters, by scope kind alone: every recorded cancellation, and every
@@ -192,7 +195,7 @@ class PrometheusBridge(Bridge):
         # histogram there has no point before one).
         self._stop_histogram = stop
         self._stop_seconds = {}
-        ignored = self._ignored_total = make("cancellations_ignored")
+        ignored = self._ignored_total = _counter("cancellations_ignored")
         ignored.labels(OTHER_TOOL)  # exists from the start; registered tools with their first
         self._counters = [cancelled, rejected, evicted, cleanup, errors, stop, ignored]
         if reg is not None:
