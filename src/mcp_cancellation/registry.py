@@ -15,6 +15,7 @@ import logging
 import os
 import time
 import uuid
+from operator import itemgetter
 from typing import NamedTuple
 
 from . import signals
@@ -191,10 +192,17 @@ class CancellationRegistry:
     ) -> bool:
         """Send the signals of one storage ``add`` and turn a quota refusal into the error.
         Returns whether a cancellation was recorded."""
-        if result.evicted and signals.cancellation_evicted.receivers:
-            fire = signals.cancellation_evicted.fire  # a flood's batch: thousands of scopes
-            for evicted_scope, count in result.evicted:
-                fire(self, scope=evicted_scope, count=count)
+        evicted = result.evicted
+        if evicted:
+            # A flood's batch is thousands of one-row scopes: the batch signal costs once
+            # (the bridges take it), the per-scope one only if someone listens to it.
+            if signals.cancellation_evicted_batch.receivers:
+                rows = sum(map(itemgetter(1), evicted))
+                signals.cancellation_evicted_batch.fire(self, evicted=evicted, rows=rows)
+            if signals.cancellation_evicted.receivers:
+                fire = signals.cancellation_evicted.fire
+                for evicted_scope, count in evicted:
+                    fire(self, scope=evicted_scope, count=count)
         outcome = result.outcome
         if outcome == "quota":
             if signals.cancellation_rejected.receivers:

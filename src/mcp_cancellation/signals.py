@@ -6,29 +6,35 @@ the sender of ``storage.error`` is the :class:`~mcp_cancellation.storage.Storage
 call is involved). Signals are sent only when a receiver is connected, so an unobserved
 registry pays one attribute test.
 
-=========================  ==============================================================
-signal                     keyword arguments
-=========================  ==============================================================
-``request.cancelled``      ``request_id`` (str), ``scope``, ``reason`` (str | None),
-                           ``method`` (``"notifications/cancelled"`` when it came from
-                           one, ``"disconnect"`` for a closed stream, else None)
-``cancellation.cleanup``   ``removed``, ``in_flight_removed``, ``duration`` (seconds)
-``cancellation.evicted``   ``scope``, ``count``
-``cancellation.rejected``  ``scope``, ``request_id`` (str | None), ``reason``
-                           (``"quota"`` or ``"invalid_request_id"``), ``mode``
-                           (``"enforce"``, or ``"shadow"`` for a cancellation a quota in
-                           shadow mode recorded although it would have refused it)
-``request.stopped``        a cancelled request's handler ended: ``request_id``,
-                           ``scope``, ``outcome`` (``stopped``, ``killed`` or
-                           ``completed``), ``seconds`` (from the cancellation reaching
-                           this process to the end), ``tool`` (label-safe name or None),
-                           ``ignored`` (it ran longer than the registry's
-                           ``cancel_grace`` after the cancellation); sent once, by the
-                           process that ran the request
-``storage.error``          ``operation`` (one of
-                           :data:`~mcp_cancellation.storage.base.STORAGE_OPERATIONS`),
-                           ``error`` (the exception); sender: the storage
-=========================  ==============================================================
+===============================  =======================================================
+signal                           keyword arguments
+===============================  =======================================================
+``request.cancelled``            ``request_id`` (str), ``scope``, ``reason`` (str | None),
+                                 ``method`` (``"notifications/cancelled"`` when it came from
+                                 one, ``"disconnect"`` for a closed stream, else None)
+``cancellation.cleanup``         ``removed``, ``in_flight_removed``, ``duration`` (seconds)
+``cancellation.evicted``         ``scope``, ``count``: one signal per scope that lost rows
+``cancellation.evicted_batch``   ``evicted`` (the ``(scope, count)`` pairs of one evicting
+                                 insert, in eviction order: those of its
+                                 ``cancellation.evicted`` signals), ``rows`` (their sum);
+                                 one signal per evicting insert, sent before those. A
+                                 flood evicts thousands of scopes at once: a receiver
+                                 that needs no single scope pays once, not per scope
+``cancellation.rejected``        ``scope``, ``request_id`` (str | None), ``reason``
+                                 (``"quota"`` or ``"invalid_request_id"``), ``mode``
+                                 (``"enforce"``, or ``"shadow"`` for a cancellation a quota in
+                                 shadow mode recorded although it would have refused it)
+``request.stopped``              a cancelled request's handler ended: ``request_id``,
+                                 ``scope``, ``outcome`` (``stopped``, ``killed`` or
+                                 ``completed``), ``seconds`` (from the cancellation reaching
+                                 this process to the end), ``tool`` (label-safe name or None),
+                                 ``ignored`` (it ran longer than the registry's
+                                 ``cancel_grace`` after the cancellation); sent once, by the
+                                 process that ran the request
+``storage.error``                ``operation`` (one of
+                                 :data:`~mcp_cancellation.storage.base.STORAGE_OPERATIONS`),
+                                 ``error`` (the exception); sender: the storage
+===============================  =======================================================
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from ._dispatch import Signal
 __all__ = [
     "cancellation_cleanup",
     "cancellation_evicted",
+    "cancellation_evicted_batch",
     "cancellation_rejected",
     "namespace",
     "request_cancelled",
@@ -67,6 +74,10 @@ cancellation_cleanup = _signal(
     "cancellation.cleanup", "A cleanup pass finished (possibly removing nothing)."
 )
 cancellation_evicted = _signal("cancellation.evicted", "The global cap evicted rows of one scope.")
+cancellation_evicted_batch = _signal(
+    "cancellation.evicted_batch",
+    "One insert's eviction, whole: every scope that lost rows, in one signal.",
+)
 cancellation_rejected = _signal(
     "cancellation.rejected", "A cancellation was refused (quota or invalid id)."
 )

@@ -18,19 +18,27 @@ from mcp_cancellation import (
 from mcp_cancellation.signals import (
     cancellation_cleanup,
     cancellation_evicted,
+    cancellation_evicted_batch,
     cancellation_rejected,
     request_cancelled,
 )
 
 from ._util import MakeRegistry, receiving
 
-ALL = [request_cancelled, cancellation_cleanup, cancellation_evicted, cancellation_rejected]
+ALL = [
+    request_cancelled,
+    cancellation_cleanup,
+    cancellation_evicted,
+    cancellation_evicted_batch,
+    cancellation_rejected,
+]
 
 
 def test_signal_names() -> None:
     assert request_cancelled.name == "request.cancelled"
     assert cancellation_cleanup.name == "cancellation.cleanup"
     assert cancellation_evicted.name == "cancellation.evicted"
+    assert cancellation_evicted_batch.name == "cancellation.evicted_batch"
     assert cancellation_rejected.name == "cancellation.rejected"
     assert all(signals.namespace[s.name] is s for s in ALL)
 
@@ -87,6 +95,47 @@ async def test_cancellation_evicted(make_registry: MakeRegistry) -> None:
     with receiving(cancellation_evicted) as got:
         await registry.cancel(0, scope="small")
     assert got.calls == [(registry, {"scope": "big", "count": 1})]
+
+
+async def test_cancellation_evicted_batch(make_registry: MakeRegistry) -> None:
+    """One batch signal per evicting insert: the pairs of its per-scope signals, in their
+    order (largest scope first, equal sizes oldest row first), sent before them."""
+    registry = make_registry(max_rows=200, max_rows_per_scope=None)  # a batch of 10 rows
+    for n in range(5):
+        await registry.cancel(n, scope="principal:big")
+    for n in range(3):
+        await registry.cancel(n, scope="session:mid")
+    for n in range(192):
+        await registry.cancel(1, scope=f"ip:10.0.0.{n}")
+    order: list[str] = []
+
+    def batch(sender: object, **kwargs: Any) -> None:
+        order.append("batch")
+
+    def each(sender: object, **kwargs: Any) -> None:
+        order.append("each")
+
+    with (
+        cancellation_evicted_batch.connected_to(batch),
+        cancellation_evicted.connected_to(each),
+        receiving(cancellation_evicted_batch) as batches,
+        receiving(cancellation_evicted) as scopes,
+    ):
+        await registry.cancel(1, scope="ip:203.0.113.1")  # at the cap: evicts 10 rows
+        await registry.cancel(2, scope="ip:203.0.113.1")  # room left: evicts nothing
+    expected = (("principal:big", 5), ("session:mid", 3), ("ip:10.0.0.0", 1), ("ip:10.0.0.1", 1))
+    assert batches.calls == [(registry, {"evicted": expected, "rows": 10})]
+    assert [(kwargs["scope"], kwargs["count"]) for kwargs in scopes.kwargs] == list(expected)
+    assert order == ["batch", *["each"] * 4]
+    # A batch receiver alone: the batch still comes, whole, with no per-scope receiver.
+    for n in range(3, 11):
+        await registry.cancel(n, scope="ip:203.0.113.1")  # back at the cap
+    assert not cancellation_evicted.receivers
+    with receiving(cancellation_evicted_batch) as batches:
+        await registry.cancel(1, scope="ip:203.0.113.2")
+    assert batches.kwargs == [
+        {"evicted": (("ip:203.0.113.1", 10),), "rows": 10},
+    ]
 
 
 async def test_cancellation_cleanup(registry: CancellationRegistry) -> None:
