@@ -110,14 +110,14 @@ async def _sweep_one(storage: Storage, n: int, concurrency: int) -> Figures:
     plain = min(200, batch - 2)  # ordinary inserts timed per round (room the eviction made)
     evicted: list[int] = []
 
-    def count(sender: object, *, count: int, **_: object) -> None:
-        evicted.append(count)
+    def count(sender: object, *, rows: int, **_: object) -> None:
+        evicted.append(rows)
 
     async def inserts(first: int) -> None:
         for i in range(first, first + plain):
             await registry.cancel(1, None, _scope(i))
 
-    signals.cancellation_evicted.connect(count, sender=registry)
+    signals.cancellation_evicted_batch.connect(count, sender=registry)
     client = getattr(storage, "client", None)
     if client is not None:
         await client.config_set("slowlog-log-slower-than", 0)
@@ -155,7 +155,7 @@ async def _sweep_one(storage: Storage, n: int, concurrency: int) -> Figures:
             figures["longest_script"] = max(longest)
         return figures
     finally:
-        signals.cancellation_evicted.disconnect(count, sender=registry)
+        signals.cancellation_evicted_batch.disconnect(count, sender=registry)
         bridge.uninstall()
         await registry.aclose()
 

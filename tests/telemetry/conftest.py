@@ -58,6 +58,7 @@ _SIGNALS = (
     signals.request_cancelled,
     signals.cancellation_cleanup,
     signals.cancellation_evicted,
+    signals.cancellation_evicted_batch,
     signals.cancellation_rejected,
 )
 

@@ -165,6 +165,43 @@ async def test_cleanup_span_spans_the_pass(
     }
 
 
+async def test_a_flood_batch_leaves_the_span_room(
+    make_registry: MakeRegistry,
+    tracer_provider: TracerProvider,
+    span_exporter: InMemorySpanExporter,
+    metric_reader: InMemoryMetricReader,
+    instrumented: otel.OpenTelemetryBridge,
+) -> None:
+    """An insert that evicts a flood's batch of one-row scopes: an event for each of the
+    EVICT_EVENTS largest (first evicted) scopes, in eviction order, then the insert's own
+    cancel event; the counter counts every row, by kind, from the one batch signal."""
+    registry: CancellationRegistry = make_registry(max_rows=800, max_rows_per_scope=None)
+    scopes = [f"ip:10.7.{i >> 8}.{i & 255}" if i % 2 else f"principal:p-{i}" for i in range(800)]
+    for scope in scopes:
+        await registry.cancel(1, None, scope)
+    assert not signals.cancellation_evicted.receivers  # the bridge takes the batch only
+    tracer = tracer_provider.get_tracer("server")
+    with tracer.start_as_current_span("POST /mcp (flood)"):
+        await registry.cancel(1, None, "ip:203.0.113.9")  # evicts 40 one-row scopes
+    (span,) = by_name(span_exporter.get_finished_spans(), "POST /mcp (flood)")
+    *evicts, cancel = span.events
+    assert cancel.name == otel.EVENT_CANCEL
+    assert len(evicts) == otel.EVICT_EVENTS < 40
+    assert [dict(event.attributes or {}) for event in evicts] == [
+        {
+            "mcp_cancellation.scope_kind": scope.split(":")[0],
+            "mcp_cancellation.scope": scope,
+            "mcp_cancellation.evicted": 1,
+        }
+        for scope in scopes[: otel.EVICT_EVENTS]
+    ]
+    assert all(event.name == otel.EVENT_EVICT for event in evicts)
+    assert points(metric_reader, "mcp_cancellation.evicted") == {
+        frozenset({("scope_kind", "ip")}): 20,
+        frozenset({("scope_kind", "principal")}): 20,
+    }
+
+
 async def test_evictions_and_rejections(
     make_registry: MakeRegistry,
     tracer_provider: TracerProvider,

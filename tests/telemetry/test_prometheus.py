@@ -28,6 +28,7 @@ from mcp_cancellation.telemetry.prometheus import METRIC_NAMES, PrometheusBridge
 from mcp_cancellation.telemetry.prometheus.catalogue import SERIES
 
 from ..conftest import MakeRegistry
+from ..registry._util import receiving
 from ..support import UvicornThread, env
 from ._util import SESSION_ID, samples, series, value
 
@@ -194,6 +195,35 @@ async def test_evictions_count_rows_not_scopes(make_registry: MakeRegistry) -> N
     assert value(parsed, P + "evicted_total", scope_kind="ip") == 0
     assert value(parsed, P + "evicted_total", scope_kind="session") == 0
     assert (await registry.stats()).rows.get("principal:big") is None
+
+
+#: One-row scopes of every kind, in the order they are filled (``global`` is one scope).
+_KINDS_CYCLE = ("ip:10.8.{}.1", "session:s-{}", "principal:p-{}", "tenant-{}")
+
+
+async def test_an_eviction_batch_counts_every_kind_once(make_registry: MakeRegistry) -> None:
+    """A flood's batch of one-row scopes of every kind: evicted_total gains each kind's
+    rows from the one batch signal, and the bridge listens to no per-scope signal (what a
+    flood's thousands of scopes would cost it)."""
+    registry: CancellationRegistry = make_registry(max_rows=400, max_rows_per_scope=None)
+    bridge = PrometheusBridge(registry, collector_registry=CollectorRegistry()).install()
+    try:
+        assert not signals.cancellation_evicted.receivers
+        await registry.cancel(1, None, "global")  # the oldest row: the first evicted
+        for i in range(399):
+            await registry.cancel(1, None, _KINDS_CYCLE[i % 4].format(i))
+        with receiving(signals.cancellation_evicted_batch) as batches:
+            await registry.cancel(1, None, "ip:203.0.113.1")  # at the cap: 20 scopes go
+        body, _ = await bridge.render()
+        parsed = samples(body.decode())
+    finally:
+        bridge.uninstall()
+    ((_, kwargs),) = batches.calls
+    assert kwargs["rows"] == 20
+    # global, then the 19 oldest of the cycle: 5 ip, 5 session, 5 principal, 4 other.
+    expected = {"global": 1, "ip": 5, "session": 5, "principal": 5, "other": 4}
+    for kind, rows in expected.items():
+        assert value(parsed, P + "evicted_total", scope_kind=kind) == rows, kind
 
 
 async def test_session_scopes_are_hashed_everywhere(make_registry: MakeRegistry) -> None:

@@ -25,11 +25,13 @@ convention's, and is set only where it names the message being handled:
     one cleanup pass, starting and ending when the pass did: ``mcp_cancellation.removed``,
     ``mcp_cancellation.in_flight_removed``.
 ``mcp_cancellation.evict`` (event on the current span)
-    the global cap evicted rows of one scope, on the span of the insert that evicted (one
-    event per scope of the batch): ``mcp_cancellation.scope_kind``,
-    ``mcp_cancellation.scope``, ``mcp_cancellation.evicted``. An event, for the reason a
-    rejection is one: a flood's batch of thousands of one-row scopes must not become
-    thousands of traces.
+    the global cap evicted rows of one scope, on the span of the insert that evicted: one
+    event per scope of the batch, for its :data:`EVICT_EVENTS` largest scopes (the first
+    evicted), so that a flood's batch of thousands of one-row scopes leaves the span room
+    for its own events: ``mcp_cancellation.scope_kind``, ``mcp_cancellation.scope``,
+    ``mcp_cancellation.evicted``. An event, for the reason a rejection is one: a flood must
+    not become thousands of traces. The counter ``mcp_cancellation.evicted`` counts every
+    evicted row, traced or not.
 ``mcp_cancellation.rejected`` (event on the current span)
     a refused cancellation: ``error.type`` (``quota`` or ``invalid_request_id``),
     ``mcp_cancellation.scope_kind``, ``mcp_cancellation.scope``. An event, not a span: a
@@ -56,8 +58,8 @@ with requires("otel", "The OpenTelemetry bridge (mcp_cancellation.telemetry.otel
     import opentelemetry.metrics  # noqa: F401 - the bridge needs the API
 
 from . import names
-from .bridge import OpenTelemetryBridge, instrument, instrumented, uninstrument
+from .bridge import EVICT_EVENTS, OpenTelemetryBridge, instrument, instrumented, uninstrument
 from .names import *  # noqa: F403 - every name the bridge emits is importable from here
 
-__all__ = ["OpenTelemetryBridge", "instrument", "instrumented", "uninstrument"]
+__all__ = ["EVICT_EVENTS", "OpenTelemetryBridge", "instrument", "instrumented", "uninstrument"]
 __all__ += names.__all__

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import metrics, trace
@@ -14,7 +15,7 @@ from ... import signals
 from ...__about__ import __version__
 from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ...storage.base import Storage
-from .._bridge import Bridge, Receivers, Setups
+from .._bridge import Bridge, Receivers, Setups, evicted_by_kind
 from .._catalogue import ALL, OUTCOMES, near_quota_rows
 from .._guard import never_raise
 from .._labels import ScopeLabeler, resolve_key
@@ -42,7 +43,7 @@ from .names import (
 if TYPE_CHECKING:
     from ...registry import CancellationRegistry
 
-__all__ = ["OpenTelemetryBridge", "instrument", "instrumented", "uninstrument"]
+__all__ = ["EVICT_EVENTS", "OpenTelemetryBridge", "instrument", "instrumented", "uninstrument"]
 
 _NOTIFICATION = "notifications/cancelled"
 #: The histogram's attribute mappings, built once.
@@ -53,6 +54,9 @@ _STOP_ATTRIBUTES: Final = {
 }
 #: How long one collection's table state is reused by the other gauges' callbacks.
 _STATE_REUSE = 0.5
+#: The ``mcp_cancellation.evict`` events one eviction batch adds to the current span: one
+#: per evicted scope, for this many of its largest scopes (``evicted`` counts every row).
+EVICT_EVENTS: Final = 16
 
 
 def _source(method: str | None) -> str:
@@ -110,7 +114,7 @@ class OpenTelemetryBridge(Bridge):
             (signals.request_cancelled, self._on_cancelled),
             (signals.request_stopped, self._on_stopped),
             (signals.cancellation_cleanup, self._on_cleanup),
-            (signals.cancellation_evicted, self._on_evicted),
+            (signals.cancellation_evicted_batch, self._on_evicted),
             (signals.cancellation_rejected, self._on_rejected),
             (signals.storage_error, self._on_storage_error),
         ]
@@ -234,21 +238,27 @@ class OpenTelemetryBridge(Bridge):
             self._instruments.duration.record(duration)
 
     @never_raise
-    def _on_evicted(self, sender: object, *, scope: str, count: int, **_: object) -> None:
+    def _on_evicted(
+        self, sender: object, *, evicted: Sequence[tuple[str, int]], **_: object
+    ) -> None:
+        # Once per evicting insert, however many scopes it evicted (a flood: thousands).
         if self._elsewhere(sender):
             return
-        # Once per evicted scope, thousands in a flood's batch, each a scope not seen
-        # lately: scope_kind's cache would only miss, and churn.
-        kind = scope_kind.__wrapped__(scope)
         span = trace.get_current_span()
         if span.is_recording():
-            attributes: dict[str, str | int] = {
-                SCOPE_KIND: kind,
-                SCOPE: self.labeler(scope),
-                EVICTED: count,
-            }
-            span.add_event(EVENT_EVICT, attributes)
-        self._instruments.evicted.add((kind,), count)
+            # An event for each of the largest scopes only: more would say little, and
+            # would crowd the span's own events out of its limit (128 by default).
+            kind_of = scope_kind.__wrapped__
+            for scope, count in evicted[:EVICT_EVENTS]:
+                attributes: dict[str, str | int] = {
+                    SCOPE_KIND: kind_of(scope),
+                    SCOPE: self.labeler(scope),
+                    EVICTED: count,
+                }
+                span.add_event(EVENT_EVICT, attributes)
+        add = self._instruments.evicted.add
+        for kind, rows in evicted_by_kind(evicted).items():
+            add((kind,), rows)
 
     @never_raise
     def _on_rejected(

@@ -7,7 +7,7 @@ import contextvars
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ... import signals
@@ -16,7 +16,7 @@ from ...errors import ConfigurationError
 from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ...storage.base import STORAGE_OPERATIONS, TableSummary
 from ...token import OTHER_TOOL
-from .._bridge import Bridge, Receivers
+from .._bridge import Bridge, Receivers, evicted_by_kind
 from .._catalogue import near_quota_rows
 from .._guard import never_raise
 from .._labels import ScopeLabeler
@@ -151,7 +151,7 @@ class PrometheusBridge(Bridge):
             (signals.request_cancelled, self._on_cancelled),
             (signals.request_stopped, self._on_stopped),
             (signals.cancellation_rejected, self._on_rejected),
-            (signals.cancellation_evicted, self._on_evicted),
+            (signals.cancellation_evicted_batch, self._on_evicted),
             (signals.cancellation_cleanup, self._on_cleanup),
             (signals.storage_error, self._on_storage_error),
         ]
@@ -176,7 +176,7 @@ class PrometheusBridge(Bridge):
         self._storage_errors = {o: errors.labels(self._storage, o) for o in STORAGE_OPERATIONS}
         # Every label combination exists from the start, so rate() sees the first event.
         # The hot counters, by scope kind alone: every recorded cancellation, and every
-        # evicted scope (thousands at once in a flood).
+        # eviction batch (thousands of scopes at once in a flood).
         cancelled, self._cancelled = self._kind_counter("cancelled")
         evicted, self._evicted = self._kind_counter("evicted")
         self._rejected = {
@@ -248,13 +248,14 @@ class PrometheusBridge(Bridge):
         if self._files is not None:
             self._files.mark()
 
-    def _on_evicted(self, sender: object, *, scope: str, count: int, **_: object) -> None:
-        # never_raise, inlined: a flood's eviction sends this once per evicted scope, and
-        # each is a scope not seen lately (scope_kind's cache would only miss, and churn).
-        try:
-            self._evicted.inc(scope_kind.__wrapped__(scope), count)  # type: ignore[union-attr]
-        except Exception:
-            logger.exception("telemetry receiver %s failed", "PrometheusBridge._on_evicted")
+    @never_raise
+    def _on_evicted(
+        self, sender: object, *, evicted: Sequence[tuple[str, int]], **_: object
+    ) -> None:
+        # Once per evicting insert, however many scopes it evicted (a flood: thousands).
+        inc = self._evicted.inc  # type: ignore[union-attr]
+        for kind, rows in evicted_by_kind(evicted).items():
+            inc(kind, rows)
 
     @never_raise
     def _on_cleanup(
