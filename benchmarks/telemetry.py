@@ -12,9 +12,10 @@ printed beside a baseline measured in the same run; the ratio is the number to r
    10 000 rows over 5 000 scopes, against a scrape of an empty registry and against the
    bare ``summary_nowait()`` read; then the same after 100 000 distinct scopes were
    rejected. (``benchmarks/scopes.py`` sweeps the number of scopes up to 1 000 000.)
-4. one evicting ``cancel()`` at a cap of 22 000 one-row scopes (a batch of 1 100 of them,
-   one ``cancellation.evicted`` signal each: an address-rotation flood), with each bridge
-   against none; printed per evicted scope, and what the bridge adds to each (no goal).
+4. one evicting ``cancel()`` at a cap of 22 000 one-row scopes (a batch of 1 100 of them:
+   an address-rotation flood), with each bridge against none, and the OpenTelemetry bridge
+   once more inside a recording request span (where it adds ``mcp_cancellation.evict``
+   events); printed per evicted scope, and what the bridge adds to each (no goal).
 """
 
 from __future__ import annotations
@@ -95,17 +96,22 @@ def _one(mode: str, bench: str) -> float:
     bridges: list[PrometheusBridge | otel.OpenTelemetryBridge] = []
     if mode in ("prometheus", "both"):
         bridges.append(PrometheusBridge(registry, collector_registry=CollectorRegistry()).install())
-    if mode in ("otel", "both"):
+    span: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+    if mode in ("otel", "otel-span", "both"):
+        tracer_provider = TracerProvider()
         bridges.append(
             otel.OpenTelemetryBridge(
                 registry,
-                tracer_provider=TracerProvider(),
+                tracer_provider=tracer_provider,
                 meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]),
             ).install()
         )
+        if mode == "otel-span":  # the calls run inside a recording request span
+            span = tracer_provider.get_tracer("bench").start_as_current_span("POST /mcp")
     try:
         run = {"cancel": _cancels, "reject": _rejections, "evict": _evicting}[bench]
-        return asyncio.run(run(registry, N))
+        with span:
+            return asyncio.run(run(registry, N))
     finally:
         for bridge in bridges:
             bridge.uninstall()
@@ -197,9 +203,13 @@ def _stats_read(storage: MemoryStorage, n: int) -> float:
 def bench_evict() -> None:
     batch = EVICT_CAP // 20
     print(f"4. one evicting cancel(): {batch} one-row scopes of {EVICT_CAP}, per evicted scope")
-    t = _measure(("none", "prometheus", "otel"), "evict")
+    t = _measure(("none", "prometheus", "otel", "otel-span"), "evict")
     report("no bridge (baseline)", t["none"], t["none"])
-    for mode, name in (("prometheus", "Prometheus bridge"), ("otel", "OpenTelemetry bridge")):
+    for mode, name in (
+        ("prometheus", "Prometheus bridge"),
+        ("otel", "OpenTelemetry bridge"),
+        ("otel-span", "OpenTelemetry bridge, in a request span"),
+    ):
         report(name, t[mode], t["none"])
         print(f"    {name} adds {(t[mode] - t['none']) * 1e6:.2f} us per evicted scope")
 

@@ -15,7 +15,6 @@ import logging
 import os
 import time
 import uuid
-from operator import itemgetter
 from typing import NamedTuple
 
 from . import signals
@@ -32,6 +31,7 @@ from .errors import (
 )
 from .reason import MAX_REASON_CHARS, sanitize_reason
 from .request_context import RequestContext
+from .scope import rows_by_kind
 from .storage.base import AddResult, Limits, Storage, StorageStats
 from .storage.memory import MemoryStorage
 from .token import RequestToken, new_token
@@ -197,8 +197,12 @@ class CancellationRegistry:
             # A flood's batch is thousands of one-row scopes: the batch signal costs once
             # (the bridges take it), the per-scope one only if someone listens to it.
             if signals.cancellation_evicted_batch.receivers:
-                rows = sum(map(itemgetter(1), evicted))
-                signals.cancellation_evicted_batch.fire(self, evicted=evicted, rows=rows)
+                kinds = result.evicted_kinds
+                if kinds is None:
+                    kinds = rows_by_kind(evicted)
+                signals.cancellation_evicted_batch.fire(
+                    self, evicted=evicted, rows=sum(kinds.values()), kinds=kinds
+                )
             if signals.cancellation_evicted.receivers:
                 fire = signals.cancellation_evicted.fire
                 for evicted_scope, count in evicted:

@@ -31,6 +31,7 @@ __all__ = [
     "ScopeKind",
     "client_bucket",
     "principal_of",
+    "rows_by_kind",
     "scope_kind",
     "scope_of",
 ]
@@ -190,3 +191,15 @@ def scope_kind(scope: str) -> ScopeKind:
         return "global"
     colon = scope.find(":")
     return "other" if colon < 0 else _PREFIXED.get(scope[:colon], "other")
+
+
+def rows_by_kind(pairs: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """The rows of ``(scope, rows)`` pairs (an eviction batch) added up by scope kind.
+    A flood's batch is thousands of scopes not seen lately: their kinds are worked out
+    without :func:`scope_kind`'s cache, which they could only miss, and churn."""
+    kind_of = scope_kind.__wrapped__
+    rows: dict[str, int] = {}
+    for scope, count in pairs:
+        kind = kind_of(scope)
+        rows[kind] = rows.get(kind, 0) + count
+    return rows

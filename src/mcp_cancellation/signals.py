@@ -16,10 +16,11 @@ signal                           keyword arguments
 ``cancellation.evicted``         ``scope``, ``count``: one signal per scope that lost rows
 ``cancellation.evicted_batch``   ``evicted`` (the ``(scope, count)`` pairs of one evicting
                                  insert, in eviction order: those of its
-                                 ``cancellation.evicted`` signals), ``rows`` (their sum);
-                                 one signal per evicting insert, sent before those. A
-                                 flood evicts thousands of scopes at once: a receiver
-                                 that needs no single scope pays once, not per scope
+                                 ``cancellation.evicted`` signals), ``rows`` (their sum),
+                                 ``kinds`` (the rows by scope kind); one signal per
+                                 evicting insert, sent before those. A flood evicts
+                                 thousands of scopes at once: a receiver that needs no
+                                 single scope pays once, not per scope
 ``cancellation.rejected``        ``scope``, ``request_id`` (str | None), ``reason``
                                  (``"quota"`` or ``"invalid_request_id"``), ``mode``
                                  (``"enforce"``, or ``"shadow"`` for a cancellation a quota in

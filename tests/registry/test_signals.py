@@ -99,14 +99,15 @@ async def test_cancellation_evicted(make_registry: MakeRegistry) -> None:
 
 async def test_cancellation_evicted_batch(make_registry: MakeRegistry) -> None:
     """One batch signal per evicting insert: the pairs of its per-scope signals, in their
-    order (largest scope first, equal sizes oldest row first), sent before them."""
+    order (largest scope first, equal sizes oldest row first), sent before them, with the
+    rows by scope kind, for scopes evicted whole, in part, and in bulk."""
     registry = make_registry(max_rows=200, max_rows_per_scope=None)  # a batch of 10 rows
-    for n in range(5):
+    for n in range(6):
         await registry.cancel(n, scope="principal:big")
-    for n in range(3):
+    for n in range(6):
         await registry.cancel(n, scope="session:mid")
-    for n in range(192):
-        await registry.cancel(1, scope=f"ip:10.0.0.{n}")
+    for n in range(188):
+        await registry.cancel(1, scope=f"ip:10.0.0.{n}" if n % 2 == 0 else f"tenant-{n}")
     order: list[str] = []
 
     def batch(sender: object, **kwargs: Any) -> None:
@@ -123,18 +124,32 @@ async def test_cancellation_evicted_batch(make_registry: MakeRegistry) -> None:
     ):
         await registry.cancel(1, scope="ip:203.0.113.1")  # at the cap: evicts 10 rows
         await registry.cancel(2, scope="ip:203.0.113.1")  # room left: evicts nothing
-    expected = (("principal:big", 5), ("session:mid", 3), ("ip:10.0.0.0", 1), ("ip:10.0.0.1", 1))
-    assert batches.calls == [(registry, {"evicted": expected, "rows": 10})]
+    # The two six-row scopes tie: the older goes whole, the other loses its 4 oldest.
+    expected: tuple[tuple[str, int], ...] = (("principal:big", 6), ("session:mid", 4))
+    assert batches.calls == [
+        (registry, {"evicted": expected, "rows": 10, "kinds": {"principal": 6, "session": 4}})
+    ]
     assert [(kwargs["scope"], kwargs["count"]) for kwargs in scopes.kwargs] == list(expected)
-    assert order == ["batch", *["each"] * 4]
+    assert order == ["batch", "each", "each"]
     # A batch receiver alone: the batch still comes, whole, with no per-scope receiver.
-    for n in range(3, 11):
-        await registry.cancel(n, scope="ip:203.0.113.1")  # back at the cap
+    for n in range(8):
+        await registry.cancel(1, scope=f"ip:10.1.0.{n}")  # back at the cap
     assert not cancellation_evicted.receivers
     with receiving(cancellation_evicted_batch) as batches:
         await registry.cancel(1, scope="ip:203.0.113.2")
+    # Two two-row scopes (the older first), then six one-row scopes, oldest first.
+    expected = (
+        ("session:mid", 2),
+        ("ip:203.0.113.1", 2),
+        ("ip:10.0.0.0", 1),
+        ("tenant-1", 1),
+        ("ip:10.0.0.2", 1),
+        ("tenant-3", 1),
+        ("ip:10.0.0.4", 1),
+        ("tenant-5", 1),
+    )
     assert batches.kwargs == [
-        {"evicted": (("ip:203.0.113.1", 10),), "rows": 10},
+        {"evicted": expected, "rows": 10, "kinds": {"session": 2, "ip": 5, "other": 3}}
     ]
 
 

@@ -91,6 +91,10 @@ class AddResult:
     evicted: tuple[tuple[str, int], ...] = ()
     #: Recorded although the scope was at its quota (only with ``Limits.shadow_quota``).
     over_quota: bool = False
+    #: The evicted rows by scope kind, if the storage knows them without working each
+    #: scope's kind out (the memory storage's index holds them); else ``None``, and the
+    #: registry adds them up when a receiver asks (``cancellation.evicted_batch``).
+    evicted_kinds: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

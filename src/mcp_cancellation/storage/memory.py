@@ -157,10 +157,12 @@ class MemoryStorage(SynchronousStorage):
                 if over and not limits.shadow_quota:
                     return _QUOTA
                 evicted: tuple[tuple[str, int], ...] = ()
+                evicted_kinds: dict[str, int] | None = None
                 if limits.max_rows is not None and self._total >= limits.max_rows:
                     if self._graveyard:  # with a batch of 1, every insert at the cap evicts
                         self._release(_RELEASE_PER_CALL)
-                    evicted = self._evict(limits.eviction_batch)
+                    evicted_kinds = {}
+                    evicted = self._evict(limits.eviction_batch, evicted_kinds)
                     rows = self._rows.get(scope)
                 self._total += 1
                 if rows is None and scope not in self._filed:
@@ -182,7 +184,7 @@ class MemoryStorage(SynchronousStorage):
                     if len(changed) > _CHANGED_LIMIT:
                         self._refile()
                 if evicted or over:
-                    outcome = AddResult("recorded", evicted, over)
+                    outcome = AddResult("recorded", evicted, over, evicted_kinds)
                     if not evicted and self._graveyard:
                         self._release(_RELEASE_PER_CALL)
                 else:
@@ -245,10 +247,11 @@ class MemoryStorage(SynchronousStorage):
             if not dead:
                 graveyard.pop()
 
-    def _evict(self, batch: int) -> tuple[tuple[str, int], ...]:
+    def _evict(self, batch: int, kinds: dict[str, int]) -> tuple[tuple[str, int], ...]:
         """Evict *batch* rows (or all there are): largest scope first, oldest row first
         within it, spilling into the next largest; equal sizes go oldest-row first, so when
-        every scope ties the batch is simply the oldest rows. Called under the lock.
+        every scope ties the batch is simply the oldest rows; *kinds* gains the evicted
+        rows by scope kind. Called under the lock.
 
         Evicted rows are unlinked, not freed: freeing a batch of cold rows costs far more
         than unlinking it (a cache miss or three per object), and doing it here would block
@@ -271,9 +274,9 @@ class MemoryStorage(SynchronousStorage):
                 count = min(remaining // size, index.count_below((neg + 1,)))
                 entries = index.pop_front(count)
                 if size == 1:  # one graveyard entry: a row each
-                    graveyard.append(self._bury(entries, 1))
+                    graveyard.append(self._bury(entries, 1, kinds))
                 else:
-                    graveyard.extend(self._bury(entries, size))
+                    graveyard.extend(self._bury(entries, size, kinds))
                 evicted.extend(zip(map(_SCOPE, entries), repeat(size)))
                 remaining -= count * size
                 continue
@@ -294,6 +297,7 @@ class MemoryStorage(SynchronousStorage):
                 rest = rows
             self._keep(scope, rest, kind, take)
             evicted.append((scope, take))
+            kinds[kind] = kinds.get(kind, 0) + take
             break
         return tuple(evicted)
 
@@ -307,10 +311,13 @@ class MemoryStorage(SynchronousStorage):
         self._kind_rows[kind] -= lost
         self._total -= lost
 
-    def _bury(self, entries: list[_Entry], size: int) -> list[dict[str, _Row]]:
+    def _bury(
+        self, entries: list[_Entry], size: int, kinds: dict[str, int] | None = None
+    ) -> list[dict[str, _Row]]:
         """Unlink the scopes of *entries*, of *size* rows each and already taken out of the
-        index: their filed entries, kind totals and row total go with them; their rows are
-        returned, for the graveyard or to be freed. Called under the lock.
+        index: their filed entries, kind totals and row total go with them (and into
+        *kinds*, by kind, if given); their rows are returned, for the graveyard or to be
+        freed. Called under the lock.
 
         A flood of rotating addresses leaves thousands of one-row scopes to evict or
         expire at once. Scope by scope in Python, as a scope that loses only some of its
@@ -324,6 +331,8 @@ class MemoryStorage(SynchronousStorage):
         kind_rows = self._kind_rows
         for kind, count in Counter(map(_KIND, entries)).items():
             kind_rows[kind] -= count * size
+            if kinds is not None:
+                kinds[kind] = kinds.get(kind, 0) + count * size
         self._total -= len(scopes) * size
         return rows
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from blinker import ANY
@@ -28,25 +28,13 @@ from ._guard import disconnect_all, never_raise
 if TYPE_CHECKING:
     from ..registry import CancellationRegistry
 
-__all__ = ["Bridge", "Receivers", "Setups", "evicted_by_kind"]
+__all__ = ["Bridge", "Receivers", "Setups"]
 
 #: ``(signal, receiver)`` pairs a bridge connects.
 Receivers = list[tuple[Any, Callable[..., None]]]
 
 #: Signals sent by the registry's storage rather than by the registry.
 _STORAGE_SIGNALS = frozenset({signals.storage_error})
-
-
-def evicted_by_kind(evicted: Iterable[tuple[str, int]]) -> dict[ScopeKind, int]:
-    """The rows of an eviction batch (``cancellation.evicted_batch``'s ``evicted``) by
-    scope kind. A flood's batch is thousands of scopes not seen lately: their kinds are
-    worked out without ``scope_kind()``'s cache, which they could only miss, and churn."""
-    kind_of = scope_kind.__wrapped__
-    rows: dict[ScopeKind, int] = {}
-    for scope, count in evicted:
-        kind = kind_of(scope)
-        rows[kind] = rows.get(kind, 0) + count
-    return rows
 
 
 def _teardown(receivers: Receivers, also: Callable[[], None] | None) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import metrics, trace
@@ -15,7 +15,7 @@ from ... import signals
 from ...__about__ import __version__
 from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ...storage.base import Storage
-from .._bridge import Bridge, Receivers, Setups, evicted_by_kind
+from .._bridge import Bridge, Receivers, Setups
 from .._catalogue import ALL, OUTCOMES, near_quota_rows
 from .._guard import never_raise
 from .._labels import ScopeLabeler, resolve_key
@@ -239,7 +239,12 @@ class OpenTelemetryBridge(Bridge):
 
     @never_raise
     def _on_evicted(
-        self, sender: object, *, evicted: Sequence[tuple[str, int]], **_: object
+        self,
+        sender: object,
+        *,
+        evicted: Sequence[tuple[str, int]],
+        kinds: Mapping[str, int],
+        **_: object,
     ) -> None:
         # Once per evicting insert, however many scopes it evicted (a flood: thousands).
         if self._elsewhere(sender):
@@ -257,7 +262,7 @@ class OpenTelemetryBridge(Bridge):
                 }
                 span.add_event(EVENT_EVICT, attributes)
         add = self._instruments.evicted.add
-        for kind, rows in evicted_by_kind(evicted).items():
+        for kind, rows in kinds.items():
             add((kind,), rows)
 
     @never_raise

@@ -7,7 +7,7 @@ import contextvars
 import logging
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from ... import signals
@@ -16,7 +16,7 @@ from ...errors import ConfigurationError
 from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ...storage.base import STORAGE_OPERATIONS, TableSummary
 from ...token import OTHER_TOOL
-from .._bridge import Bridge, Receivers, evicted_by_kind
+from .._bridge import Bridge, Receivers
 from .._catalogue import near_quota_rows
 from .._guard import never_raise
 from .._labels import ScopeLabeler
@@ -249,12 +249,10 @@ class PrometheusBridge(Bridge):
             self._files.mark()
 
     @never_raise
-    def _on_evicted(
-        self, sender: object, *, evicted: Sequence[tuple[str, int]], **_: object
-    ) -> None:
+    def _on_evicted(self, sender: object, *, kinds: Mapping[str, int], **_: object) -> None:
         # Once per evicting insert, however many scopes it evicted (a flood: thousands).
         inc = self._evicted.inc  # type: ignore[union-attr]
-        for kind, rows in evicted_by_kind(evicted).items():
+        for kind, rows in kinds.items():
             inc(kind, rows)
 
     @never_raise
