@@ -93,8 +93,9 @@ class AddResult:
     over_quota: bool = False
     #: The evicted rows by scope kind, if the storage knows them without working each
     #: scope's kind out (the memory storage's index holds them); else ``None``, and the
-    #: registry adds them up when a receiver asks (``cancellation.evicted_batch``).
-    evicted_kinds: Mapping[str, int] | None = None
+    #: registry adds them up when a receiver asks (``cancellation.evicted_batch``). Left
+    #: out of comparisons: it restates ``evicted``, and is optional.
+    evicted_kinds: Mapping[str, int] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
