@@ -172,21 +172,26 @@ async def test_a_flood_batch_leaves_the_span_room(
     metric_reader: InMemoryMetricReader,
     instrumented: otel.OpenTelemetryBridge,
 ) -> None:
-    """An insert that evicts a flood's batch of one-row scopes: an event for each of the
-    EVICT_EVENTS largest (first evicted) scopes, in eviction order, then the insert's own
-    cancel event; the counter counts every row, by kind, from the one batch signal."""
-    registry: CancellationRegistry = make_registry(max_rows=800, max_rows_per_scope=None)
-    scopes = [f"ip:10.7.{i >> 8}.{i & 255}" if i % 2 else f"principal:p-{i}" for i in range(800)]
+    """An insert that evicts a flood's batch of 200 one-row scopes, inside a request span
+    that already has an event of its own: an event for each of the EVICT_EVENTS largest
+    (first evicted) scopes, in eviction order, then the insert's cancel event, and nothing
+    dropped (an event per scope would pass the SDK's 128 and push the oldest out); the
+    counter counts every row, by kind, from the one batch signal."""
+    registry: CancellationRegistry = make_registry(max_rows=4_000, max_rows_per_scope=None)
+    scopes = [f"ip:10.7.{i >> 8}.{i & 255}" if i % 2 else f"principal:p-{i}" for i in range(4_000)]
     for scope in scopes:
         await registry.cancel(1, None, scope)
     assert not signals.cancellation_evicted.receivers  # the bridge takes the batch only
     tracer = tracer_provider.get_tracer("server")
-    with tracer.start_as_current_span("POST /mcp (flood)"):
-        await registry.cancel(1, None, "ip:203.0.113.9")  # evicts 40 one-row scopes
+    with tracer.start_as_current_span("POST /mcp (flood)") as current:
+        current.add_event("app.request.parsed")
+        await registry.cancel(1, None, "ip:203.0.113.9")  # evicts 200 one-row scopes
     (span,) = by_name(span_exporter.get_finished_spans(), "POST /mcp (flood)")
-    *evicts, cancel = span.events
-    assert cancel.name == otel.EVENT_CANCEL
-    assert len(evicts) == otel.EVICT_EVENTS < 40
+    assert span.dropped_events == 0
+    app, *evicts, cancel = span.events
+    assert (app.name, cancel.name) == ("app.request.parsed", otel.EVENT_CANCEL)
+    assert len(evicts) == otel.EVICT_EVENTS
+    assert all(event.name == otel.EVENT_EVICT for event in evicts)
     assert [dict(event.attributes or {}) for event in evicts] == [
         {
             "mcp_cancellation.scope_kind": scope.split(":")[0],
@@ -195,10 +200,9 @@ async def test_a_flood_batch_leaves_the_span_room(
         }
         for scope in scopes[: otel.EVICT_EVENTS]
     ]
-    assert all(event.name == otel.EVENT_EVICT for event in evicts)
     assert points(metric_reader, "mcp_cancellation.evicted") == {
-        frozenset({("scope_kind", "ip")}): 20,
-        frozenset({("scope_kind", "principal")}): 20,
+        frozenset({("scope_kind", "ip")}): 100,
+        frozenset({("scope_kind", "principal")}): 100,
     }
 
 
