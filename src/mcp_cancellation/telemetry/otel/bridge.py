@@ -253,10 +253,9 @@ class OpenTelemetryBridge(Bridge):
         if span.is_recording():
             # An event for each of the largest scopes only: more would say little, and
             # would crowd the span's own events out of its limit (128 by default).
-            kind_of = scope_kind.__wrapped__
             for scope, count in evicted[:EVICT_EVENTS]:
                 attributes: dict[str, str | int] = {
-                    SCOPE_KIND: kind_of(scope),
+                    SCOPE_KIND: scope_kind(scope),
                     SCOPE: self.labeler(scope),
                     EVICTED: count,
                 }
