@@ -24,12 +24,14 @@ or, with your own ``prometheus_client`` setup::
 
     bridge = PrometheusBridge(registry, collector_registry=REGISTRY).install()
 
-Gauges need the registry's row counts synchronously at collect time. :class:`MemoryStorage`
-gives them (``stats_nowait()``); a shared storage such as Redis cannot be awaited inside
-``collect()``, so :func:`metrics_app` awaits ``registry.stats()`` before rendering and hands
-the snapshot to the collector; other exposition paths read it from their own thread
-(``Storage.stats_from_thread``), or, on the storage's own loop, use the last snapshot taken
-by :meth:`PrometheusBridge.refresh` (no row gauges before the first one).
+Gauges need the table's state synchronously at collect time: the storage's summary (rows
+by scope kind and the ``top_k`` largest scopes, read from its scope-size index, never a
+scan of the table). :class:`MemoryStorage` gives it at once (``summary_nowait()``); a
+shared storage such as Redis cannot be awaited inside ``collect()``, so
+:func:`metrics_app` awaits it (:meth:`PrometheusBridge.refresh`) before rendering and hands
+it to the collector; other exposition paths read it from their own thread
+(``Storage.summary_from_thread``), or, on the storage's own loop, use the last summary
+taken by :meth:`PrometheusBridge.refresh` (no row gauges before the first one).
 
 Multi-process mode (``PROMETHEUS_MULTIPROC_DIR`` set before ``prometheus_client`` is
 imported): counters are written to the shared directory and add up across workers in the
