@@ -48,6 +48,21 @@ def _registry(**limits: int | None) -> CancellationRegistry:
     return CancellationRegistry(MemoryStorage(), janitor_interval=None, **limits)  # type: ignore[arg-type]
 
 
+def _address_scope(i: int) -> str:
+    """The *i*-th scope of an address-rotation flood: one address each."""
+    return f"ip:10.{i >> 16}.{(i >> 8) & 255}.{i & 255}"
+
+
+def _one_row_scopes(n: int, **limits: int | None) -> CancellationRegistry:
+    """A registry whose first *n* flood scopes hold one row each."""
+    registry = _registry(**limits)
+    storage = registry.storage
+    assert isinstance(storage, MemoryStorage)
+    for i in range(n):
+        storage.add_nowait(_address_scope(i), "seed", None, limits=registry.limits)
+    return registry
+
+
 async def _cancels(registry: CancellationRegistry, n: int) -> float:
     start = time.perf_counter()
     for i in range(n):
@@ -59,7 +74,7 @@ async def _rejections(registry: CancellationRegistry, n: int) -> float:
     start = time.perf_counter()
     for i in range(n):
         with contextlib.suppress(CancellationLimitReached):
-            await registry.cancel(i, None, f"ip:10.{i >> 16}.{(i >> 8) & 255}.{i & 255}")
+            await registry.cancel(i, None, _address_scope(i))
     return (time.perf_counter() - start) / n
 
 
@@ -80,19 +95,9 @@ def _one(mode: str, bench: str) -> float:
     if bench == "cancel":
         registry = _registry()
     elif bench == "evict":  # the table at its cap, one row in each scope
-        registry = _registry(max_rows=EVICT_CAP)
-        storage = registry.storage
-        assert isinstance(storage, MemoryStorage)
-        for i in range(EVICT_CAP):
-            scope = f"ip:10.{i >> 16}.{(i >> 8) & 255}.{i & 255}"
-            storage.add_nowait(scope, "seed", None, limits=registry.limits)
+        registry = _one_row_scopes(EVICT_CAP, max_rows=EVICT_CAP)
     else:  # every scope already holds its one allowed row: each call is rejected
-        registry = _registry(max_rows_per_scope=1)
-        storage = registry.storage
-        assert isinstance(storage, MemoryStorage)
-        for i in range(N):
-            scope = f"ip:10.{i >> 16}.{(i >> 8) & 255}.{i & 255}"
-            storage.add_nowait(scope, "seed", None, limits=registry.limits)
+        registry = _one_row_scopes(N, max_rows_per_scope=1)
     bridges: list[PrometheusBridge | otel.OpenTelemetryBridge] = []
     if mode in ("prometheus", "both"):
         bridges.append(PrometheusBridge(registry, collector_registry=CollectorRegistry()).install())
@@ -181,7 +186,7 @@ def bench_scrape() -> None:
     for i in range(100_000):
         signals.cancellation_rejected.send(
             registry,
-            scope=f"ip:10.{i >> 16}.{(i >> 8) & 255}.{i & 255}",
+            scope=_address_scope(i),
             request_id="1",
             reason="quota",
         )
