@@ -1,12 +1,12 @@
 """Counters by scope kind, counted cheaply (private).
 
 ``request.cancelled`` is the one signal every recorded cancellation sends, so its counter
-is on ``cancel()``'s path; ``cancellation.evicted`` comes once per evicted scope, thousands
-at once when the cap meets a flood of one-row scopes. A ``prometheus_client`` child spends
-three Python calls and a ``with`` on its lock per increment (about 0.6 µs here, an eighth
-of a whole ``cancel()``); :class:`KindTally` adds to a plain int under a lock taken without
-``with``, and its own collector exposes the same counter family (``_total`` and
-``_created`` per scope kind, every kind from the start). In multiprocess mode the counter
+is on ``cancel()``'s path. A ``prometheus_client`` child spends three Python calls and a
+``with`` on its lock per increment (about 0.6 µs here, an eighth of a whole ``cancel()``);
+:class:`KindTally` adds to a plain int under a lock taken without ``with``, and its own
+collector exposes the same counter family (``_total`` and ``_created`` per scope kind,
+every kind from the start). ``evicted_total`` is counted the same way, by kind (an
+amount per kind for each ``cancellation.evicted_batch``). In multiprocess mode the counters
 must live in prometheus_client's files, so :class:`KindChildren` keeps the ordinary
 children behind the same ``inc``.
 """

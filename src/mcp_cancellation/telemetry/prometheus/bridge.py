@@ -175,8 +175,8 @@ class PrometheusBridge(Bridge):
         errors = _counter("storage_errors")
         self._storage_errors = {o: errors.labels(self._storage, o) for o in STORAGE_OPERATIONS}
         # Every label combination exists from the start, so rate() sees the first event.
-        # The hot counters, by scope kind alone: every recorded cancellation, and every
-        # eviction batch (thousands of scopes at once in a flood).
+        # The counters by scope kind alone: every recorded cancellation (the hot one), and
+        # the evicted rows (an add per kind for each eviction batch).
         cancelled, self._cancelled = self._kind_counter("cancelled")
         evicted, self._evicted = self._kind_counter("evicted")
         self._rejected = {
