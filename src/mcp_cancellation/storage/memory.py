@@ -330,9 +330,10 @@ class MemoryStorage(SynchronousStorage):
             del filed[scope]
         kind_rows = self._kind_rows
         for kind, count in Counter(map(_KIND, entries)).items():
-            kind_rows[kind] -= count * size
+            lost = count * size
+            kind_rows[kind] -= lost
             if kinds is not None:
-                kinds[kind] = kinds.get(kind, 0) + count * size
+                kinds[kind] = kinds.get(kind, 0) + lost
         self._total -= len(scopes) * size
         return rows
 
