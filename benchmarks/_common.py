@@ -42,9 +42,11 @@ def report(name: str, value: float, baseline: float, unit: str = "us", scale: fl
     return ratio
 
 
-def check(label: str, ok: bool) -> bool:
-    """Print whether a target was met; benchmarks report, they do not fail."""
-    print(f"  target {'met' if ok else 'MISSED'}: {label}")
+def check(label: str, ok: bool, figure: str = "") -> bool:
+    """Print whether a target was met, with the measured *figure* (a ratio, a count) if
+    given; benchmarks report, they do not fail. ``./dev bench`` gathers these lines into
+    one list of goals at the end of a run."""
+    print(f"  target {'met' if ok else 'MISSED'}: {label}" + (f" ({figure})" if figure else ""))
     return ok
 
 

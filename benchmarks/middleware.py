@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _common import check
 
 HEADERS = {
     "content-type": "application/json",
@@ -430,13 +431,14 @@ async def run_mode(args: argparse.Namespace, json_response: bool) -> None:
             print(f"    {name:<24} {seconds * 1e6:7.1f} us per request")
         bare_cpu, wrapped_cpu = await in_process_real_sdk(json_response)
         real = bare_cpu / wrapped_cpu
+        mode = "JSON" if json_response else "SSE"
         print(
             "in process with the demo's MCPServer (no network, CPU time, medians of 6 rounds):\n"
             f"    tools/call: bare {bare_cpu * 1e6:.0f} us, with middleware "
             f"{wrapped_cpu * 1e6:.0f} us (+{(wrapped_cpu - bare_cpu) * 1e6:.0f} us): capacity "
-            f"ratio {real:.3f}x (target >= 0.97x: {'met' if real >= 0.97 else 'MISSED'})"
+            f"ratio {real:.3f}x"
         )
-        mode = "JSON" if json_response else "SSE"
+        check(f"{mode}, in process: capacity >= 0.97x the bare SDK's", real >= 0.97, f"{real:.3f}x")
         print(
             f"middleware overhead: stateless MCPServer, {mode} responses, uvicorn "
             f"{args.stack}, {args.concurrency} concurrent clients, {args.rounds} x "
@@ -469,11 +471,13 @@ async def run_mode(args: argparse.Namespace, json_response: bool) -> None:
                 f"    best-of ratios: throughput {wrapped.rps / bare.rps:.3f}x, "
                 f"p99 {wrapped.p99 / bare.p99:.3f}x"
             )
-            print(
-                f"    median paired ratios: throughput {throughput:.3f}x (target >= 0.97x: "
-                f"{'met' if throughput >= 0.97 else 'MISSED'}), p99 {p99:.3f}x "
-                f"(target <= 1.1x: {'met' if p99 <= 1.1 else 'MISSED'})"
+            print(f"    median paired ratios: throughput {throughput:.3f}x, p99 {p99:.3f}x")
+            check(
+                f"{mode}, {name}: throughput >= 0.97x the bare SDK's",
+                throughput >= 0.97,
+                f"{throughput:.3f}x",
             )
+            check(f"{mode}, {name}: p99 <= 1.1x the bare SDK's", p99 <= 1.1, f"{p99:.3f}x")
             if bare.cpu and name.startswith("tools/call"):
                 # (A cancellation is answered by the middleware instead of the SDK, so
                 # only the tool call adds the middleware's work to the SDK's.)
@@ -488,9 +492,11 @@ async def run_mode(args: argparse.Namespace, json_response: bool) -> None:
                 # At saturation throughput is 1 / CPU per request: this ratio is the
                 # figure least disturbed by other load on a shared machine.
                 capacity = bare.cpu / wrapped.cpu
-                print(
-                    f"    server CPU per request: capacity ratio {capacity:.3f}x "
-                    f"(target >= 0.97x: {'met' if capacity >= 0.97 else 'MISSED'})"
+                print(f"    server CPU per request: capacity ratio {capacity:.3f}x")
+                check(
+                    f"{mode}, {name}: server CPU capacity >= 0.97x the bare SDK's",
+                    capacity >= 0.97,
+                    f"{capacity:.3f}x",
                 )
     finally:
         for process, _ in servers.values():
