@@ -32,7 +32,7 @@ from .errors import (
 from .reason import MAX_REASON_CHARS, sanitize_reason
 from .request_context import RequestContext
 from .scope import rows_by_kind
-from .storage.base import AddResult, Limits, Storage, StorageStats
+from .storage.base import RECORDED, UPDATED, AddResult, Limits, Storage, StorageStats
 from .storage.memory import MemoryStorage
 from .token import RequestToken, new_token
 
@@ -241,7 +241,12 @@ class CancellationRegistry:
         already holds ``max_rows_per_scope`` rows. ``None`` is a no-op. *method* is carried
         to signal receivers (``"notifications/cancelled"`` when it came from one).
         """
-        if request_id is not None:
+        if request_id is None:
+            return
+        sync = self._sync
+        if sync is not None:  # never waits: no coroutine per layer on the hot path
+            self._record_nowait(sync, request_id, reason, scope, method, False)
+        else:
             await self._record(request_id, reason, scope, method, False)
 
     async def cancel_in_flight(
@@ -260,31 +265,59 @@ class CancellationRegistry:
         """
         if request_id is None:
             return False
+        sync = self._sync
+        if sync is not None:
+            return self._record_nowait(sync, request_id, reason, scope, method, True)
         return await self._record(request_id, reason, scope, method, True)
 
-    async def _record(
-        self, request_id: object, reason: object, scope: str, method: str | None, in_flight: bool
-    ) -> bool:
-        """cancel() and cancel_in_flight(): validate, add through the storage, report."""
+    def _prepare(
+        self, request_id: object, reason: object, scope: str
+    ) -> tuple[str, str | None, Limits]:
+        """What cancel() and cancel_in_flight() hand the storage: the row key, the
+        sanitised reason and the scope's limits. An invalid id raises, and is reported
+        (only here is it an abuse signal; reads given one raise too)."""
         try:
             key = normalize_id(request_id)
         except InvalidRequestId:
-            # Invalid ids given to reads raise too, but only here are they an abuse signal.
             if signals.cancellation_rejected.receivers:
                 signals.cancellation_rejected.fire(
                     self, scope=scope, request_id=None, reason="invalid_request_id", mode="enforce"
                 )
             raise
-        text = sanitize_reason(reason, self._max_reason_chars)
+        text = None if reason is None else sanitize_reason(reason, self._max_reason_chars)
         quota = self._quota
-        limits = quota.limits_for(scope) if quota.overridden else self._limits
-        sync = self._sync
-        if sync is not None:  # never waits: no coroutine per layer on the hot path
-            result = sync.add_nowait(scope, key, text, limits, in_flight)
-        else:
-            result = await self._storage.add(
-                scope, key, text, limits=limits, require_in_flight=in_flight
-            )
+        return key, text, quota.limits_for(scope) if quota.overridden else self._limits
+
+    def _record_nowait(
+        self,
+        sync: Storage,
+        request_id: object,
+        reason: object,
+        scope: str,
+        method: str | None,
+        in_flight: bool,
+    ) -> bool:
+        """cancel() and cancel_in_flight() through a storage that never waits: plain calls
+        only, and for a plain result (nothing evicted, within the quota: what nearly every
+        call gets) no more than its ``request.cancelled`` signal."""
+        key, text, limits = self._prepare(request_id, reason, scope)
+        result = sync.add_nowait(scope, key, text, limits, in_flight)
+        if result is RECORDED or result is UPDATED:
+            if signals.request_cancelled.receivers:
+                signals.request_cancelled.fire(
+                    self, request_id=key, scope=scope, reason=text, method=method
+                )
+            return True
+        return self._report(result, key, scope, text, method)
+
+    async def _record(
+        self, request_id: object, reason: object, scope: str, method: str | None, in_flight: bool
+    ) -> bool:
+        """cancel() and cancel_in_flight() through a storage that may wait."""
+        key, text, limits = self._prepare(request_id, reason, scope)
+        result = await self._storage.add(
+            scope, key, text, limits=limits, require_in_flight=in_flight
+        )
         return self._report(result, key, scope, text, method)
 
     async def is_cancelled(self, request_id: object, scope: str = "global") -> bool:

@@ -33,10 +33,12 @@ __all__ = [
     "AddOutcome",
     "AddResult",
     "Limits",
+    "RECORDED",
     "Storage",
     "StorageStats",
     "SynchronousStorage",
     "TableSummary",
+    "UPDATED",
 ]
 
 _HOST: Final = socket.gethostname()
@@ -96,6 +98,14 @@ class AddResult:
     #: registry adds them up when a receiver asks (``cancellation.evicted_batch``). Left
     #: out of comparisons: it restates ``evicted``, and is optional.
     evicted_kinds: Mapping[str, int] | None = field(default=None, compare=False)
+
+
+#: The plain results of :meth:`Storage.add` (nothing evicted, within the quota), shared. A
+#: storage that returns these very objects spares the registry its reporting when no signal
+#: receiver listens (:class:`~mcp_cancellation.MemoryStorage` does; an equal result works
+#: as well, through the full check).
+RECORDED: Final = AddResult("recorded")
+UPDATED: Final = AddResult("updated")
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,15 @@ from typing import TYPE_CHECKING
 from ..scope import scope_kind
 from ._in_flight import InFlightTokens
 from ._sorted_chunks import SortedChunks
-from .base import AddResult, Limits, StorageStats, SynchronousStorage, TableSummary
+from .base import (
+    RECORDED,
+    UPDATED,
+    AddResult,
+    Limits,
+    StorageStats,
+    SynchronousStorage,
+    TableSummary,
+)
 
 if TYPE_CHECKING:
     from ..token import RequestToken
@@ -56,9 +64,8 @@ _SCOPE = itemgetter(2)
 _KIND = itemgetter(3)
 
 
-# Results without evictions are shared: the hot path allocates nothing for them.
-_RECORDED = AddResult("recorded")
-_UPDATED = AddResult("updated")
+# Results without evictions are shared, as base's RECORDED and UPDATED are: the hot path
+# allocates nothing for them.
 _QUOTA = AddResult("quota")
 _NOT_IN_FLIGHT = AddResult("not_in_flight")
 _NO_TOKENS: tuple[RequestToken, ...] = ()
@@ -150,7 +157,7 @@ class MemoryStorage(SynchronousStorage):
             rows = self._rows.get(scope)
             if rows is not None and key in rows:
                 rows[key] = (rows[key][0], reason)
-                outcome = _UPDATED
+                outcome = UPDATED
             else:
                 quota = limits.max_rows_per_scope
                 over = quota is not None and rows is not None and len(rows) >= quota
@@ -190,7 +197,7 @@ class MemoryStorage(SynchronousStorage):
                 else:
                     if self._graveyard:
                         self._release(_RELEASE_PER_CALL)
-                    outcome = _RECORDED
+                    outcome = RECORDED
             for token in tokens:
                 token.set_cancelled(reason)
             return outcome
