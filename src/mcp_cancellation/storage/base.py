@@ -101,9 +101,10 @@ class AddResult:
 
 
 #: The plain results of :meth:`Storage.add` (nothing evicted, within the quota), shared. A
-#: storage that returns these very objects spares the registry its reporting when no signal
-#: receiver listens (:class:`~mcp_cancellation.MemoryStorage` does; an equal result works
-#: as well, through the full check).
+#: storage that returns these very objects spares the registry the reporting that
+#: evictions and refusals need: it sends ``request.cancelled`` and no more
+#: (:class:`~mcp_cancellation.MemoryStorage` does; an equal result works as well, through
+#: the full check).
 RECORDED: Final = AddResult("recorded")
 UPDATED: Final = AddResult("updated")
 
