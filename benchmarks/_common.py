@@ -11,7 +11,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["best_of", "check", "quiet_gc", "report"]
+__all__ = ["address_scope", "best_of", "check", "quiet_gc", "report"]
+
+
+def address_scope(i: int) -> str:
+    """The *i*-th scope of an address-rotation flood, one address each (distinct for
+    ``i < 2**24``): the table shape the cap exists to absorb, which every benchmark that
+    floods the table builds."""
+    return f"ip:10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}"
 
 
 @contextmanager

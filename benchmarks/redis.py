@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import contextlib
 
-from _common import check, quiet_gc, report
+from _common import address_scope, check, quiet_gc, report
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 from tests.support import RedisServer
@@ -264,9 +264,7 @@ async def _fill_shape(storage: RedisStorage, rows_per_scope: int, limits: Limits
     size = max(1, rows_per_scope)
     jobs = [("principal:big", f"k{i}") for i in range(big)]
     jobs += [
-        (f"ip:10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}", str(n))
-        for n in range(size)
-        for i in range((FLOOD_CAP - big) // size)
+        (address_scope(i), str(n)) for n in range(size) for i in range((FLOOD_CAP - big) // size)
     ]
     for start in range(0, len(jobs), 2_000):
         await asyncio.gather(

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import contextlib
 
-from _common import best_of, check, quiet_gc, report
+from _common import address_scope, best_of, check, quiet_gc, report
 
 from mcp_cancellation import (
     CancellationLimitReached,
@@ -507,7 +507,7 @@ async def _flood_registry(
     for n in range(size):
         for i in range((rows - big) // size):
             now[0] += 1e-3
-            await registry.cancel(n, None, f"ip:10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")
+            await registry.cancel(n, None, address_scope(i))
     return registry, now
 
 

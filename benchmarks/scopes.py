@@ -40,7 +40,7 @@ sys.path.remove(str(Path(__file__).resolve().parent))
 sys.path.append(str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import check, quiet_gc
+from _common import address_scope, check, quiet_gc
 from prometheus_client import CollectorRegistry
 
 from mcp_cancellation import CancellationRegistry, MemoryStorage, Storage, signals
@@ -53,7 +53,8 @@ Figures = dict[str, float]
 
 
 def _scope(i: int) -> str:
-    return f"ip:10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}/{i >> 24}"
+    """The *i*-th flood scope, unique beyond the 2**24 that addresses alone give."""
+    return f"{address_scope(i)}/{i >> 24}"
 
 
 async def _fill(registry: CancellationRegistry, start: int, stop: int, concurrency: int) -> None:

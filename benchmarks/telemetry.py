@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import best_of, check, quiet_gc, report
+from _common import address_scope, best_of, check, quiet_gc, report
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -48,18 +48,13 @@ def _registry(**limits: int | None) -> CancellationRegistry:
     return CancellationRegistry(MemoryStorage(), janitor_interval=None, **limits)  # type: ignore[arg-type]
 
 
-def _address_scope(i: int) -> str:
-    """The *i*-th scope of an address-rotation flood: one address each."""
-    return f"ip:10.{i >> 16}.{(i >> 8) & 255}.{i & 255}"
-
-
 def _one_row_scopes(n: int, **limits: int | None) -> CancellationRegistry:
     """A registry whose first *n* flood scopes hold one row each."""
     registry = _registry(**limits)
     storage = registry.storage
     assert isinstance(storage, MemoryStorage)
     for i in range(n):
-        storage.add_nowait(_address_scope(i), "seed", None, limits=registry.limits)
+        storage.add_nowait(address_scope(i), "seed", None, limits=registry.limits)
     return registry
 
 
@@ -74,7 +69,7 @@ async def _rejections(registry: CancellationRegistry, n: int) -> float:
     start = time.perf_counter()
     for i in range(n):
         with contextlib.suppress(CancellationLimitReached):
-            await registry.cancel(i, None, _address_scope(i))
+            await registry.cancel(i, None, address_scope(i))
     return (time.perf_counter() - start) / n
 
 
@@ -192,7 +187,7 @@ def bench_scrape() -> None:
     for i in range(100_000):
         signals.cancellation_rejected.send(
             registry,
-            scope=_address_scope(i),
+            scope=address_scope(i),
             request_id="1",
             reason="quota",
         )
