@@ -8,14 +8,21 @@ receivers found the last time, as weak references, and works them out again only
 what order, is exactly what blinker would choose: the cache is filled from blinker's own
 ``receivers_for``, and anything unusual (an async wrapper, a muted signal, a sender that
 cannot be weakly referenced, an async receiver) goes through blinker's ``send`` itself.
+
+The registry's hot paths send with :attr:`Signal.fire`, which builds no result list. A
+signal that declares its keyword arguments gets a ``fire`` compiled for exactly those (as
+``dataclasses`` compiles an ``__init__``): they are passed on by name, with no ``**kwargs``
+dict packed by the call and unpacked again for the receiver, about a third of what sending
+to one receiver costs.
 """
 
 from __future__ import annotations
 
 import inspect
+import keyword
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import MethodType
 from typing import Any
 
@@ -50,15 +57,29 @@ def _call(receiver: Callable[..., Any]) -> _Call:
 
 
 class Signal(NamedSignal):
-    """A ``blinker.NamedSignal`` with a per-sender cache of its receivers."""
+    """A ``blinker.NamedSignal`` with a per-sender cache of its receivers.
 
-    def __init__(self, name: str, doc: str | None = None) -> None:
+    *arguments*, when given, are the keyword arguments every send of this signal carries;
+    :attr:`fire` then takes exactly those, each required.
+    """
+
+    #: :meth:`send` for a caller that ignores what the receivers return (the registry's
+    #: hot paths): ``fire(sender, **arguments)`` calls the same receivers, in the same
+    #: order, with no result list built. Compiled per signal (see the module's docstring).
+    fire: Callable[..., None]
+
+    def __init__(
+        self, name: str, doc: str | None = None, arguments: Sequence[str] | None = None
+    ) -> None:
         super().__init__(name, doc)
         self._generation = 0
         self._lock = threading.Lock()
         # By id(sender): one dict lookup on the hot path. The entry's weak reference tells
         # a reused id from the sender, and its callback drops the entry with the sender.
         self._cache: dict[int, _Entry] = {}
+        #: The keyword arguments of every send, or ``None`` when they are not declared.
+        self.arguments = None if arguments is None else tuple(arguments)
+        self.fire = _compile_fire(self, self.arguments)
 
     def connect(self, receiver: Any, sender: Any = ANY, weak: bool = True) -> Any:
         with self._lock:
@@ -131,31 +152,55 @@ class Signal(NamedSignal):
                 results.append((MethodType(function, target), function(target, sender, **kwargs)))
         return results
 
-    def fire(self, sender: Any, /, **kwargs: Any) -> None:
-        """:meth:`send`, for a caller that ignores what the receivers return (the
-        registry's hot paths): the same receivers, in the same order, with no result
-        list built."""
-        entry = self._cache.get(id(sender))
-        if (
-            entry is None
-            or entry[1] != self._generation
-            or entry[0]() is not sender
-            or entry[2] is None
-            or self.is_muted
-        ):
-            self.send(sender, **kwargs)
-            return
-        calls = entry[2]
-        if not calls:  # nobody listening: a cached lookup, nothing else
-            return
-        if len(calls) == 1:  # the usual case: one bridge
-            obj_ref, function = calls[0]
-            target = function() if obj_ref is None else obj_ref()
-            if target is None:
-                self.send(sender, **kwargs)
-            elif obj_ref is None:
-                target(sender, **kwargs)
-            else:
-                function(target, sender, **kwargs)
-            return
-        self.send(sender, **kwargs)
+
+# Every name of the template but ``sender`` starts with "_", as no argument name may: an
+# argument can never shadow one of them.
+_FIRE = """
+def _make(_signal, _cache_get, _id):
+    def fire(sender, /, {params}):
+        _entry = _cache_get(_id(sender))
+        if _entry is not None and _entry[1] == _signal._generation and _entry[0]() is sender:
+            _calls = _entry[2]
+            if _calls is not None and not _signal.is_muted:
+                if not _calls:  # nobody listening: a cached lookup, nothing else
+                    return
+                if len(_calls) == 1:  # the usual case: one bridge
+                    _obj_ref, _function = _calls[0]
+                    if _obj_ref is None:
+                        _target = _function()
+                        if _target is not None:
+                            _target(sender, {passes})
+                            return
+                    else:
+                        _target = _obj_ref()
+                        if _target is not None:
+                            _function(_target, sender, {passes})
+                            return
+        # A cache miss, a dead receiver, several receivers, an async one, or muted.
+        _signal.send(sender, {passes})
+
+    return fire
+"""
+
+
+def _compile_fire(signal: Signal, arguments: tuple[str, ...] | None) -> Callable[..., None]:
+    """*signal*'s ``fire``: with declared *arguments*, a function that takes exactly those
+    by name and passes them on by name; without, one that takes and passes ``**kwargs``."""
+    if arguments is None:
+        params = passes = "**kwargs"
+    else:
+        for name in arguments:
+            if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_"):
+                raise ValueError(f"not a signal argument name: {name!r}")
+            if name == "sender":
+                raise ValueError("'sender' is the signal's positional argument")
+        if len(set(arguments)) != len(arguments):
+            raise ValueError(f"repeated signal argument names: {arguments!r}")
+        params = ("*, " + ", ".join(arguments)) if arguments else ""
+        passes = ", ".join(f"{name}={name}" for name in arguments)
+    namespace: dict[str, Any] = {}
+    exec(compile(_FIRE.format(params=params, passes=passes), "<signal fire>", "exec"), namespace)
+    fire: Callable[..., None] = namespace["_make"](signal, signal._cache.get, id)
+    fire.__qualname__ = f"Signal.fire[{signal.name}]"
+    fire.__doc__ = f"Send {signal.name!r} to its receivers, ignoring what they return."
+    return fire

@@ -12,7 +12,8 @@ signal                           keyword arguments
 ``request.cancelled``            ``request_id`` (str), ``scope``, ``reason`` (str | None),
                                  ``method`` (``"notifications/cancelled"`` when it came from
                                  one, ``"disconnect"`` for a closed stream, else None)
-``cancellation.cleanup``         ``removed``, ``in_flight_removed``, ``duration`` (seconds)
+``cancellation.cleanup``         ``removed``, ``in_flight_removed``, ``duration`` (seconds),
+                                 ``start_time_ns`` (when the pass began, ``time.time_ns()``)
 ``cancellation.evicted``         ``scope``, ``count``: one signal per scope that lost rows
 ``cancellation.evicted_batch``   ``evicted`` (the ``(scope, count)`` pairs of one evicting
                                  insert, in eviction order: those of its
@@ -58,28 +59,48 @@ __all__ = [
 namespace = Namespace()
 
 
-def _signal(name: str, doc: str) -> Signal:
+def _signal(name: str, doc: str, arguments: tuple[str, ...]) -> Signal:
     """A signal of this namespace (``namespace.signal(name)`` returns it too), with the
     receiver cache of :mod:`mcp_cancellation._dispatch`: sending costs a fraction of
-    plain blinker's, and who receives is the same."""
-    signal = Signal(name, doc)
+    plain blinker's, and who receives is the same. *arguments* are its keyword arguments
+    (the table above), which every send from this package carries."""
+    signal = Signal(name, doc, arguments)
     namespace[name] = signal
     return signal
 
 
-request_cancelled = _signal("request.cancelled", "A cancellation was recorded.")
+request_cancelled = _signal(
+    "request.cancelled",
+    "A cancellation was recorded.",
+    ("request_id", "scope", "reason", "method"),
+)
 request_stopped = _signal(
-    "request.stopped", "A cancelled request's handler ended (how, and how long after)."
+    "request.stopped",
+    "A cancelled request's handler ended (how, and how long after).",
+    ("request_id", "scope", "outcome", "seconds", "tool", "ignored"),
 )
 cancellation_cleanup = _signal(
-    "cancellation.cleanup", "A cleanup pass finished (possibly removing nothing)."
+    "cancellation.cleanup",
+    "A cleanup pass finished (possibly removing nothing).",
+    ("removed", "in_flight_removed", "duration", "start_time_ns"),
 )
-cancellation_evicted = _signal("cancellation.evicted", "The global cap evicted rows of one scope.")
+cancellation_evicted = _signal(
+    "cancellation.evicted",
+    "The global cap evicted rows of one scope.",
+    ("scope", "count"),
+)
 cancellation_evicted_batch = _signal(
     "cancellation.evicted_batch",
     "One insert's eviction, whole: every scope that lost rows, in one signal.",
+    ("evicted", "rows", "kinds"),
 )
 cancellation_rejected = _signal(
-    "cancellation.rejected", "A cancellation was refused (quota or invalid id)."
+    "cancellation.rejected",
+    "A cancellation was refused (quota or invalid id).",
+    ("scope", "request_id", "reason", "mode"),
 )
-storage_error = _signal("storage.error", "A storage operation failed (the storage did not answer).")
+storage_error = _signal(
+    "storage.error",
+    "A storage operation failed (the storage did not answer).",
+    ("operation", "error"),
+)

@@ -5,6 +5,7 @@ connected receiver dies, while muted, and for async receivers."""
 from __future__ import annotations
 
 import gc
+import re
 from typing import Any
 
 import blinker
@@ -107,10 +108,12 @@ def test_an_async_receiver_is_refused_as_blinker_refuses_it() -> None:
         ours.send(Sender())
 
 
-def test_fire_reaches_whom_send_reaches() -> None:
+@pytest.mark.parametrize("arguments", [None, ("x",)], ids=["any-arguments", "declared"])
+def test_fire_reaches_whom_send_reaches(arguments: tuple[str, ...] | None) -> None:
     """``fire`` (the registry's hot-path send) calls the same receivers as blinker's
-    ``send``: none, one, several, after a receiver dies, while muted and per sender."""
-    ours, plain = _pair()
+    ``send``: none, one, several, after a receiver dies, while muted and per sender;
+    whether the signal declares its arguments or not."""
+    ours, plain = Signal("ours", arguments=arguments), blinker.Signal()
     one, two = Sender(), Sender()
     log: list[str] = []
 
@@ -169,3 +172,80 @@ def test_a_reused_sender_id_is_not_mistaken_for_the_dead_sender() -> None:
         if reused:
             break
     assert reused, "no address was reused: the case was not exercised"
+
+
+def test_declared_arguments_reach_receivers_by_name() -> None:
+    """A signal that declares its arguments fires with exactly those: each reaches a plain
+    or a bound receiver by name, and a fire that leaves one out or adds another is refused
+    before any receiver runs."""
+    ours = Signal("ours", arguments=("scope", "count"))
+    sender = Sender()
+    got: list[tuple[str, object, object]] = []
+
+    def plain(sender: object, *, scope: str, count: int) -> None:
+        got.append(("plain", scope, count))
+
+    class Bound:
+        def receive(self, sender: object, *, scope: str, **rest: object) -> None:
+            got.append(("bound", scope, rest))
+
+    ours.connect(plain)
+    ours.fire(sender, scope="ip:a", count=2)
+    assert got == [("plain", "ip:a", 2)]
+    ours.disconnect(plain)
+    bound = Bound()
+    ours.connect(bound.receive)
+    got.clear()
+    ours.fire(sender, count=3, scope="ip:b")
+    ours.fire(sender, scope="ip:c", count=4)  # the cached path, not only the first send
+    assert got == [("bound", "ip:b", {"count": 3}), ("bound", "ip:c", {"count": 4})]
+    got.clear()
+    with pytest.raises(TypeError):
+        ours.fire(sender, scope="ip:d")
+    with pytest.raises(TypeError):
+        ours.fire(sender, scope="ip:d", count=1, extra=True)
+    assert got == []
+    assert ours.arguments == ("scope", "count")
+
+
+@pytest.mark.parametrize(
+    "arguments", [("not valid",), ("class",), ("_private",), ("sender",), ("a", "a")]
+)
+def test_argument_names_that_cannot_be_declared(arguments: tuple[str, ...]) -> None:
+    """Names that are not identifiers, keywords, the sender's own name, ones that would
+    clash with the compiled ``fire``'s internals, and repeats are refused at once."""
+    with pytest.raises(ValueError, match="argument"):
+        Signal("ours", arguments=arguments)
+
+
+def test_every_package_signal_declares_the_arguments_it_documents() -> None:
+    """The package's signals fire on the compiled path: each declares its arguments, and
+    they are the ones the table in ``mcp_cancellation.signals`` documents for it."""
+    doc = signals.__doc__ or ""
+    rows = re.split(r"^(?=``[a-z_.]+``)", doc.split("keyword arguments", 1)[1], flags=re.M)
+    documented = {row.split("``")[1]: row for row in rows if row.startswith("``")}
+    package = [getattr(signals, name) for name in signals.__all__ if name != "namespace"]
+    assert sorted(documented) == sorted(signal.name for signal in package)
+    for signal in package:
+        assert signal.arguments, signal.name
+        named = set(re.findall(r"``([a-z_]+)``", documented[signal.name]))
+        assert set(signal.arguments) <= named, signal.name
+
+
+@pytest.mark.parametrize("arguments", [(), ("id", "entry", "target", "calls", "function")])
+def test_any_declared_names_arrive_unchanged(arguments: tuple[str, ...]) -> None:
+    """No arguments at all, or names that a hand-written ``fire`` would use for its own
+    variables (or that shadow a builtin it calls): each arrives with the value given, on
+    the first (uncached) fire and on the cached ones."""
+    ours = Signal("ours", arguments=arguments)
+    sender = Sender()
+    got: list[dict[str, object]] = []
+
+    def receiver(sender: object, **kwargs: object) -> None:
+        got.append(kwargs)
+
+    ours.connect(receiver)
+    given = {name: f"value of {name}" for name in arguments}
+    for _ in range(3):
+        ours.fire(sender, **given)
+    assert got == [given] * 3
