@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ._extras import requires
@@ -28,13 +29,18 @@ from ._extras import requires
 with requires("mcp", "mcp-cancellation client"):
     import anyio
     import httpx
+    import httpx2
     from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
 
 __all__ = ["add_parser", "run"]
 
 HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 #: The protocol versions of steps 2 and 3, as the SDK's ``Client(mode=...)`` names them.
 LEGACY, MODERN = "legacy", "2026-07-28"
+#: How long steps 2 and 3 wait, before the client closes, for the answers still owed to
+#: their POSTs (the cancelled call's late ``-32800`` above all).
+ANSWER_WAIT = 10.0
 
 
 async def raw_http(url: str, after: float) -> dict[str, Any] | None:
@@ -86,11 +92,78 @@ async def raw_http(url: str, after: float) -> dict[str, Any] | None:
     return final
 
 
+class _PostsInFlight(httpx2.AsyncBaseTransport):
+    """An HTTP transport that counts the POSTs whose response is not read and closed yet,
+    so that a client can wait for the answers it is still owed before it closes.
+
+    The mcp client (2.3) fails its own shutdown (``BrokenResourceError`` or
+    ``ClosedResourceError`` out of ``async with Client``) when an answer is handed to the
+    session while the session closes: in SSE and in JSON mode, the late ``-32800`` of a
+    call cancelled with ``notifications/cancelled``, which comes on the call's own POST.
+    """
+
+    def __init__(self, inner: httpx2.AsyncBaseTransport | None = None) -> None:
+        self._inner = inner if inner is not None else httpx2.AsyncHTTPTransport()
+        self.open = 0
+        self._changed = anyio.Event()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if request.method != "POST":
+            return await self._inner.handle_async_request(request)
+        self._add(1)
+        try:
+            response = await self._inner.handle_async_request(request)
+        except BaseException:
+            self._add(-1)
+            raise
+        response.stream = _Closing(response.stream, lambda: self._add(-1))
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def idle(self) -> None:
+        """Return once no POST is open."""
+        while self.open:
+            await self._changed.wait()
+
+    def _add(self, step: int) -> None:
+        self.open += step
+        self._changed.set()
+        self._changed = anyio.Event()
+
+
+class _Closing(httpx2.AsyncByteStream):
+    """A response body that reports, once, that it was closed."""
+
+    def __init__(self, inner: Any, on_close: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_close: Callable[[], None] | None = on_close
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        on_close, self._on_close = self._on_close, None
+        try:
+            await self._inner.aclose()
+        finally:
+            if on_close is not None:
+                on_close()
+
+
 async def with_client(url: str, after: float, mode: str) -> bool:
     """Steps 2 and 3: cancel ``call_tool`` after *after* seconds; whether it was cancelled."""
     cancelled = False
+    posts = _PostsInFlight()
+    # The SDK's default timeouts (a response stream may stay open for long).
+    timeout = httpx2.Timeout(30.0, read=300.0)
     try:
-        async with Client(url, mode=mode) as client:
+        async with (
+            httpx2.AsyncClient(timeout=timeout, transport=posts, trust_env=False) as http,
+            Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+        ):
             with anyio.move_on_after(after) as scope:
                 await client.call_tool("slow_count", {"seconds": 30})
             cancelled = scope.cancelled_caught
@@ -100,12 +173,19 @@ async def with_client(url: str, after: float, mode: str) -> bool:
                 print(f"  cancelled after {after} s: the client POSTed notifications/cancelled")
             else:
                 print(f"  cancelled after {after} s: the client closed the call's stream")
-            # One more round trip before the session closes, so the client's last
-            # messages are out before its connections go.
+            # Close only once no answer is left to arrive. A round trip first, so that
+            # the client's notifications/cancelled is out (the transport POSTs messages
+            # in order); then wait until no POST is open: every answer has been read off
+            # the wire. In JSON mode the transport reads an answer's body, closes it, and
+            # only then hands the message to the session, so one more round trip: its
+            # answer is handed over after the late one, and the call returns after that.
             await client.list_tools()
-    except* anyio.BrokenResourceError:
-        # The mcp client (2.3) can fail its own shutdown when the abandoned call's late
-        # answer (-32800) arrives just as the session closes; the cancellation was done.
+            with anyio.move_on_after(ANSWER_WAIT):
+                await posts.idle()
+            await client.list_tools()
+    except* (anyio.BrokenResourceError, anyio.ClosedResourceError):
+        # Only when an answer is still owed after ANSWER_WAIT (a server that does not
+        # stop the cancelled call) and arrives as the session closes; see _PostsInFlight.
         pass
     return cancelled
 

@@ -14,6 +14,7 @@ from mcp import Client
 from mcp_cancellation import CancellationRegistry, MemoryStorage
 from mcp_cancellation.__main__ import build_parser
 from mcp_cancellation.__main__ import main as command_main
+from mcp_cancellation.client import LEGACY, with_client
 from mcp_cancellation.demo import _instructions, build_demo_app, client_command, registry_from_args
 
 from ..support import UvicornThread, async_wait_until, stats_now, wait_until
@@ -128,6 +129,28 @@ def test_the_printed_client_command_cancels_three_ways(
     assert (
         "cancelled request 'demo-1' (scope kind ip, reason 'mcp-cancellation client" in (lines[0])
     )
+
+
+async def test_the_client_leaves_only_after_the_cancelled_calls_late_answer(
+    json_response: bool, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The mcp client fails its own shutdown if an answer reaches its session as the
+    session closes, so ``client`` closes only once the answers still owed have come: here
+    the tool notices the cancellation about 0.7 s after it was sent, well after the
+    client's next round trip, and its late ``-32800`` has reached the client's session
+    (which drops it: nobody waits for it any more) by the time ``with_client`` returns."""
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    # The tool checks for a cancellation once a second: the call cancelled at 0.3 s
+    # answers at about 1 s.
+    app = build_demo_app(registry, json_response=json_response, poll_interval=1.0)
+    with (
+        caplog.at_level(logging.DEBUG, logger="mcp.shared.jsonrpc_dispatcher"),
+        UvicornThread(app, proxy_headers=False) as server,
+    ):
+        assert await with_client(server.url + "/mcp", 0.3, LEGACY)
+        late = [r for r in caplog.records if r.getMessage().startswith("dropping response")]
+    assert late, "the client closed before the cancelled call's answer came"
+    assert "the client POSTed notifications/cancelled" in capsys.readouterr().out
 
 
 def _cancellation_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
