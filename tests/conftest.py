@@ -9,6 +9,7 @@ ports. Redis tests get a fresh key prefix each, so they never see each other's r
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 
@@ -21,6 +22,22 @@ from .support import RedisClusterServers, RedisServer, Registries, ServerLog, se
 BACKENDS = ["memory", "redis", pytest.param("redis-cluster", marks=pytest.mark.cluster)]
 
 MakeRegistry = Callable[..., CancellationRegistry]
+
+
+#: The SIGTERM handler in place before the suite's (restored when pytest ends).
+_SIGTERM_HANDLER = pytest.StashKey["signal._HANDLER"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A SIGTERM stops the suite as Ctrl-C does: pytest then tears its fixtures down, so
+    the servers they started (redis-server, Prometheus, uvicorn) stop with it. Without
+    this, a CI job cancelled with SIGTERM left them running."""
+    config.stash[_SIGTERM_HANDLER] = signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    previous = config.stash.get(_SIGTERM_HANDLER, None)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 @pytest.hookimpl(wrapper=True)
