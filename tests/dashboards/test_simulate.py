@@ -6,7 +6,9 @@ import argparse
 import io
 import ipaddress
 import json
+import signal
 import time
+from types import FrameType
 
 import httpx
 import pytest
@@ -143,3 +145,30 @@ def test_command_line_prints_json(demo: UvicornThread, capsys: pytest.CaptureFix
     stats = json.loads(capsys.readouterr().out)
     assert stats["calls_started"] > 0
     assert stats["requests"] >= stats["calls_started"] + stats["cancels_sent"]
+
+
+@pytest.mark.e2e
+def test_command_line_puts_the_signal_handlers_back(
+    demo: UvicornThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run()`` stops early on SIGINT or SIGTERM while it runs, and then leaves the
+    process's own handlers in place (asyncio alone would leave SIGTERM at its default)."""
+
+    def ours(signum: int, frame: FrameType | None) -> None:
+        raise AssertionError("not expected to run")
+
+    sigint = signal.getsignal(signal.SIGINT)
+    sigterm = signal.signal(signal.SIGTERM, ours)
+    try:
+        with demo:
+            url = f"{demo.url}/mcp"
+            args = build_parser().parse_args(
+                ["simulate", "--url", url, "--max-requests", "5", "--hogs", "0", "--json"]
+            )
+            assert isinstance(args, argparse.Namespace)
+            assert run(args) == 0
+        assert json.loads(capsys.readouterr().out)["requests"] == 5
+        assert signal.getsignal(signal.SIGTERM) is ours
+        assert signal.getsignal(signal.SIGINT) is sigint
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)

@@ -11,6 +11,7 @@ import signal
 import sys
 import urllib.parse
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, TextIO
 
 from .._extras import requires
@@ -53,16 +54,21 @@ async def _main(
     """:func:`simulate`, stopped early and cleanly (counts printed) by SIGINT or SIGTERM."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    handled = []
+    # The handlers in place before are put back afterwards: asyncio's
+    # remove_signal_handler() resets SIGTERM to its default, not to the caller's handler.
+    handled: list[tuple[signal.Signals, Callable[[int, FrameType | None], Any] | int | None]] = []
     for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum)
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signum, stop.set)
-            handled.append(signum)
+            handled.append((signum, previous))
     try:
         return await simulate(config, on_progress=on_progress, stop=stop)
     finally:
-        for signum in handled:
+        for signum, previous in handled:
             loop.remove_signal_handler(signum)
+            if previous is not None:
+                signal.signal(signum, previous)
 
 
 async def server_quota(url: str) -> int | None:
