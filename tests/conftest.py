@@ -40,6 +40,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+@pytest.fixture(autouse=True)
+def _sigterm_stays_ours() -> Iterator[None]:
+    """A test must leave the SIGTERM handler above in place, or a later SIGTERM kills the
+    suite without its teardown (``run()`` of ``mcp-cancellation simulate`` once did)."""
+    yield
+    handler = signal.getsignal(signal.SIGTERM)
+    if handler is not signal.default_int_handler:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        raise AssertionError(f"the test left SIGTERM's handler changed: {handler!r}")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
