@@ -119,17 +119,21 @@ class PrometheusServer(_ServerProcess):
     def __enter__(self) -> PrometheusServer:
         config = self.dir / "prometheus.yml"
         config.write_text(self._config(), encoding="utf-8")
-        self.start(
-            lambda port: [
-                binary("prometheus"),
-                f"--config.file={config}",
-                f"--storage.tsdb.path={self.dir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=1h",
-            ],
-            "/-/ready",
-            self.server_log,
-        )
+        try:
+            self.start(
+                lambda port: [
+                    binary("prometheus"),
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={self.dir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    "--storage.tsdb.retention.time=1h",
+                ],
+                "/-/ready",
+                self.server_log,
+            )
+        except BaseException:  # start_on_free_port() stopped the server: drop its files
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -219,16 +219,23 @@ def start_on_free_port(
 
     ``spawn(port)`` starts it; a port taken by another process between :func:`free_port`
     and the server's bind ("address already in use" in its log) is replaced by another.
-    Any other early exit raises with the server's log.
+    Any other early exit raises with the server's log. Whatever ends the wait early (its
+    timeout, an interrupt) stops the server first.
     """
     for _ in range(5):
         port = free_port()
         process = spawn(port)
-        wait_until(
-            lambda process=process, port=port: process.poll() is not None or ready(port),
-            timeout=timeout,
-            interval=0.1,
-        )
+        try:
+            wait_until(
+                lambda process=process, port=port: process.poll() is not None or ready(port),
+                timeout=timeout,
+                interval=0.1,
+            )
+        except BaseException:
+            # Not ready in time, or the suite stopped meanwhile (Ctrl-C, SIGTERM): the
+            # caller never gets the process, so it must not outlive this call.
+            stop_process(process)
+            raise
         if process.poll() is None:
             return port, process
         if "address already in use" not in log.tail().lower():
@@ -349,7 +356,11 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # not ready in time, or the suite stopped meanwhile
+            self.close()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -1,5 +1,6 @@
 """A suite stopped with SIGTERM (a cancelled CI job) stops the servers its fixtures started,
-as one stopped with Ctrl-C does (``tests/conftest.py``'s ``pytest_configure``)."""
+as one stopped with Ctrl-C does (``tests/conftest.py``'s ``pytest_configure``); and a
+server whose start is interrupted (or times out) is stopped too, though no test got it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..support import ServerLog, project_root, stop_process, wait_until
+import pytest
+
+from .. import support
+from ..support import (
+    RedisServer,
+    ServerLog,
+    project_root,
+    start_on_free_port,
+    stop_process,
+    wait_until,
+)
 
 # Run by a pytest of its own, with this suite's conftest as a plugin: it starts the
 # session's real redis-server, says which process that is, and waits to be stopped.
@@ -76,3 +87,56 @@ def test_sigterm_stops_the_servers_the_suite_started(tmp_path: Path) -> None:
         stop_process(suite)
         if server and _running(server):
             os.kill(server, signal.SIGKILL)
+
+
+class _Interrupted(BaseException):
+    """Stands for a Ctrl-C or SIGTERM arriving while a server starts."""
+
+
+def test_a_server_interrupted_while_starting_is_stopped(tmp_path: Path) -> None:
+    log = ServerLog("a server that never gets ready", tmp_path / "server.log")
+    started: list[subprocess.Popen[bytes]] = []
+
+    def spawn(port: int) -> subprocess.Popen[bytes]:
+        with log.path.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-c", "import time; time.sleep(60)"], stdout=out, stderr=out
+            )
+        started.append(process)
+        return process
+
+    def ready(port: int) -> bool:
+        raise _Interrupted
+
+    try:
+        with pytest.raises(_Interrupted):
+            start_on_free_port(spawn, ready, log)
+        assert len(started) == 1
+        assert started[0].poll() is not None  # stopped and reaped, not left running
+    finally:
+        for process in started:
+            stop_process(process)
+
+
+def test_a_redis_server_interrupted_while_starting_is_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = RedisServer()
+    started: list[subprocess.Popen[bytes]] = []
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        # In place of the wait for "Ready to accept connections": the real redis-server
+        # has been spawned, and the suite stops now.
+        assert server.process is not None
+        started.append(server.process)
+        raise _Interrupted
+
+    monkeypatch.setattr(support, "wait_until", interrupted)
+    try:
+        with pytest.raises(_Interrupted), server:
+            raise AssertionError("entered a server that never started")
+        assert len(started) == 1
+        assert started[0].poll() is not None  # stopped and reaped, not left running
+    finally:
+        for process in started:
+            stop_process(process)
