@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from .support import ServerLog, start_on_free_port, stop_process
+from .support import ServerContext, ServerLog, start_on_free_port, stop_process
 
 __all__ = ["DemoProcess", "PrometheusServer", "binary", "start_simulator", "stop_process"]
 
@@ -45,7 +45,7 @@ def start_simulator(url: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
         return subprocess.Popen([*command, *args, "--json"], stdout=subprocess.PIPE, stderr=err)
 
 
-class _ServerProcess:
+class _ServerProcess(ServerContext):
     """A server subprocess on a free 127.0.0.1 port, its output in its :class:`ServerLog`;
     ready once *ready_path* answers 200, stopped (terminate, then kill) by :meth:`stop`."""
 
@@ -56,7 +56,7 @@ class _ServerProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, argv: Callable[[int], list[str]], ready_path: str, log: ServerLog) -> None:
+    def _launch(self, argv: Callable[[int], list[str]], ready_path: str, log: ServerLog) -> None:
         def spawn(port: int) -> subprocess.Popen[bytes]:
             with log.path.open("ab") as out:
                 return subprocess.Popen(argv(port), stdout=out, stderr=subprocess.STDOUT)
@@ -70,6 +70,9 @@ class _ServerProcess:
             stop_process(self.process)
             self.process = None
 
+    def close(self) -> None:
+        self.stop()
+
 
 class DemoProcess(_ServerProcess):
     """``mcp-cancellation demo`` in a subprocess, exactly as a user starts it."""
@@ -78,15 +81,11 @@ class DemoProcess(_ServerProcess):
         self.args = args
         self.server_log = ServerLog("mcp-cancellation demo", log)
 
-    def __enter__(self) -> DemoProcess:
+    def start(self) -> None:
         command = [sys.executable, "-m", "mcp_cancellation", "demo", "--host", "127.0.0.1"]
-        self.start(
+        self._launch(
             lambda port: [*command, "--port", str(port), *self.args], "/metrics", self.server_log
         )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class PrometheusServer(_ServerProcess):
@@ -116,27 +115,22 @@ class PrometheusServer(_ServerProcess):
             f"    static_configs: [{{targets: [{targets}]}}]\n"
         )
 
-    def __enter__(self) -> PrometheusServer:
+    def start(self) -> None:
         config = self.dir / "prometheus.yml"
         config.write_text(self._config(), encoding="utf-8")
-        try:
-            self.start(
-                lambda port: [
-                    binary("prometheus"),
-                    f"--config.file={config}",
-                    f"--storage.tsdb.path={self.dir / 'data'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    "--storage.tsdb.retention.time=1h",
-                ],
-                "/-/ready",
-                self.server_log,
-            )
-        except BaseException:  # start_on_free_port() stopped the server: drop its files
-            self.__exit__()
-            raise
-        return self
+        self._launch(
+            lambda port: [
+                binary("prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={self.dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            "/-/ready",
+            self.server_log,
+        )
 
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
         self.stop()
         self.server_log.keep()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import uvicorn
 
@@ -243,7 +243,30 @@ def start_on_free_port(
     raise RuntimeError(f"{log.name} exited at start:\n{log.tail()}")
 
 
-class RedisServer:
+class ServerContext:
+    """A server as a context manager: :meth:`start` on entry, :meth:`close` on exit. A
+    start that fails or is interrupted (not ready in time, Ctrl-C, SIGTERM) closes what it
+    began before the error goes on, since no caller ever gets the server to close."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RedisServer(ServerContext):
     """A real ``redis-server`` on 127.0.0.1 and a free port, without persistence.
 
     :meth:`stop` and :meth:`start` may be called repeatedly (same port) to simulate an
@@ -355,19 +378,8 @@ class RedisServer:
         self.log.keep()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> RedisServer:
-        try:
-            self.start()
-        except BaseException:  # not ready in time, or the suite stopped meanwhile
-            self.close()
-            raise
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class RedisClusterServers:
+class RedisClusterServers(ServerContext):
     """A real Redis Cluster on 127.0.0.1: *masters* masters with *replicas* replicas each,
     every node a :class:`RedisServer` with ``--cluster-enabled yes``, joined by
     ``redis-cli --cluster create``. Ready when every node reports ``cluster_state:ok``
@@ -498,17 +510,6 @@ class RedisClusterServers:
     def close(self) -> None:
         for node in self.nodes:
             node.close()
-
-    def __enter__(self) -> RedisClusterServers:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class UvicornThread:
