@@ -4,6 +4,7 @@ server whose start is interrupted (or times out) is stopped too, though no test 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -23,7 +24,8 @@ from ..support import (
 )
 
 # Run by a pytest of its own, with this suite's conftest as a plugin: it starts the
-# session's real redis-server, says which process that is, and waits to be stopped.
+# session's real redis-server, says which processes it and that server are, and waits to
+# be stopped.
 _BLOCKED_TEST = """
 import os
 import threading
@@ -31,7 +33,9 @@ from pathlib import Path
 
 
 def test_blocked(redis_server):
-    Path(os.environ["SERVER_PID_FILE"]).write_text(str(redis_server.process.pid))
+    written = Path(os.environ["SERVER_PID_FILE"] + ".part")
+    written.write_text(f"{os.getpid()} {redis_server.process.pid}")
+    written.rename(os.environ["SERVER_PID_FILE"])  # whole, or not there yet
     threading.Event().wait(100)
 """
 
@@ -49,16 +53,17 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def test_sigterm_stops_the_servers_the_suite_started(tmp_path: Path) -> None:
+def _stop_blocked_suite(tmp_path: Path, command: list[str], env: dict[str, str]) -> None:
+    """Run *command*, a pytest whose one test starts the session's redis-server and blocks;
+    SIGTERM the process it started once the server runs; assert that pytest exits
+    "interrupted" and that the server is gone."""
     (tmp_path / "test_blocked.py").write_text(_BLOCKED_TEST)
     pid_file = tmp_path / "server.pid"
     log = ServerLog("the interrupted pytest", tmp_path / "pytest.log")
     with log.path.open("wb") as out:
         suite = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "pytest",
+                *command,
                 "-c",
                 str(project_root() / "pyproject.toml"),
                 "-p",
@@ -68,15 +73,15 @@ def test_sigterm_stops_the_servers_the_suite_started(tmp_path: Path) -> None:
                 str(tmp_path / "test_blocked.py"),
             ],
             cwd=project_root(),
-            env={**os.environ, "SERVER_PID_FILE": str(pid_file)},
+            env={**os.environ, **env, "SERVER_PID_FILE": str(pid_file)},
             stdout=out,
             stderr=subprocess.STDOUT,
         )
-    server = 0
+    inner = server = 0
     try:
-        wait_until(lambda: _written(pid_file) or suite.poll() is not None, 60)
+        wait_until(lambda: _written(pid_file) or suite.poll() is not None, 90)
         assert suite.poll() is None, "the inner suite ended before its test blocked"
-        server = int(pid_file.read_text())
+        inner, server = map(int, pid_file.read_text().split())
         assert _running(server)
 
         suite.send_signal(signal.SIGTERM)
@@ -85,8 +90,29 @@ def test_sigterm_stops_the_servers_the_suite_started(tmp_path: Path) -> None:
         assert "KeyboardInterrupt" in log.path.read_text()
     finally:
         stop_process(suite)
-        if server and _running(server):
-            os.kill(server, signal.SIGKILL)
+        for pid in (inner, server):  # left running only if the test failed
+            if pid and _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_sigterm_stops_the_servers_the_suite_started(tmp_path: Path) -> None:
+    _stop_blocked_suite(tmp_path, [sys.executable, "-m", "pytest"], {})
+
+
+def test_sigterm_to_dev_test_reaches_pytest(tmp_path: Path) -> None:
+    """``./dev test`` (what CI runs) ends by exec'ing pytest: a SIGTERM sent to the process
+    CI started stops the suite and its servers, not only the shell around it."""
+    venv = Path(sys.prefix)
+    stamp = venv / ".mcp-cancellation-test"
+    wanted = hashlib.sha256((project_root() / "pyproject.toml").read_bytes()).hexdigest()
+    if not stamp.exists() or stamp.read_text().strip() != wanted:
+        # ./dev would first install the test profile into this interpreter's environment.
+        pytest.skip(f"{venv} is not set up by ./dev test for this pyproject.toml")
+    _stop_blocked_suite(
+        tmp_path,
+        ["bash", str(project_root() / "dev"), "test"],
+        {"MCP_CANCELLATION_VENV": str(venv)},
+    )
 
 
 class _Interrupted(BaseException):
