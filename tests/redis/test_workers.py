@@ -104,18 +104,19 @@ StartWorkers = Callable[..., list[Worker]]
 
 @pytest.fixture
 def start_workers(prefix: str) -> Iterator[StartWorkers]:
-    started: list[Worker] = []
+    # An exit stack: each worker is stopped even if stopping another one raised or was
+    # interrupted (a Ctrl-C or SIGTERM during teardown).
+    with contextlib.ExitStack() as started:
 
-    def start(server: RedisServer, count: int = 2, **options: float) -> list[Worker]:
-        workers = []
-        for _ in range(count):
-            workers.append(Worker(server.url, prefix, **options))
-            started.append(workers[-1])
-        return workers
+        def start(server: RedisServer, count: int = 2, **options: float) -> list[Worker]:
+            workers = []
+            for _ in range(count):
+                worker = Worker(server.url, prefix, **options)
+                started.callback(worker.stop)
+                workers.append(worker)
+            return workers
 
-    yield start
-    for worker in started:
-        worker.stop()
+        yield start
 
 
 @pytest.fixture
