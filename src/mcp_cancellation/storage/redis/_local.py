@@ -4,6 +4,7 @@ cancellation rows a failed finish left). One lock, one owner of all three."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING
@@ -22,6 +23,11 @@ class LocalRequests:
     cleanup; and *owed clears*, the ``(scope, key)`` of each request whose finish did not
     reach Redis, whose cancellation row the next resync removes as that finish would have.
 
+    While a resync runs, the rows of its snapshot are *held*: the resync's script re-tracks
+    each of them, so a release of one that reached Redis first would be undone (the row
+    back in flight after its request ended, until a later resync). A release of a held row
+    waits for the resync to end (:meth:`forget_unless_held`).
+
     Safe from any thread.
     """
 
@@ -30,6 +36,8 @@ class LocalRequests:
         self._tokens = InFlightTokens()
         self._orphans: set[Row] = set()
         self._clears: set[tuple[str, str]] = set()
+        self._held: frozenset[Row] = frozenset()
+        self._resync: concurrent.futures.Future[None] | None = None  # done when it ends
 
     # -- tokens ------------------------------------------------------------------------
 
@@ -44,6 +52,16 @@ class LocalRequests:
         with self._lock:
             self._tokens.discard(*row)
 
+    def forget_unless_held(self, row: Row) -> concurrent.futures.Future[None] | None:
+        """Forget *row* before its release is sent to Redis, unless the running resync
+        holds it: then nothing is forgotten, and the future of that resync's end is
+        returned (try again once it is done)."""
+        with self._lock:
+            if self._resync is not None and row in self._held:
+                return self._resync
+            self._tokens.discard(*row)
+            return None
+
     def tokens(
         self, scope: str, key: str, only: Collection[str] | None = None
     ) -> list[RequestToken]:
@@ -55,10 +73,22 @@ class LocalRequests:
         with self._lock:
             return len(self._tokens) > 1 or self._tokens.count(scope, key) > 1
 
-    def snapshot(self) -> list[tuple[str, str, str, RequestToken]]:
-        """Every tracked row with its token, at one moment."""
+    def begin_resync(self) -> list[tuple[str, str, str, RequestToken]]:
+        """Every tracked row with its token, at one moment; each is held until
+        :meth:`end_resync` (one resync at a time)."""
         with self._lock:
-            return list(self._tokens.rows())
+            snapshot = list(self._tokens.rows())
+            self._held = frozenset((scope, key, owner) for scope, key, owner, _ in snapshot)
+            self._resync = concurrent.futures.Future()
+            return snapshot
+
+    def end_resync(self) -> None:
+        """The resync's script has run, or failed: its rows are released as usual again."""
+        with self._lock:
+            ended, self._resync = self._resync, None
+            self._held = frozenset()
+        if ended is not None:
+            ended.set_result(None)
 
     def finished_since(self, snapshot: Iterable[tuple[str, str, str, RequestToken]]) -> list[Row]:
         """Rows of *snapshot* no longer tracked here (their request ended meanwhile)."""

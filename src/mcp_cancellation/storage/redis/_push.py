@@ -257,18 +257,28 @@ class Push:
 
     async def _resync(self) -> int:
         async with self.maintenance():
-            snapshot = self._local.snapshot()
-            orphans = self._local.orphans()
-            args: list[bytes | str | int] = [self.worker, self.heartbeat_ms, str(len(snapshot))]
-            for scope, key, owner, _ in snapshot:
-                args += [to_bytes(scope), to_bytes(key), to_bytes(owner)]
-            for scope, key, owner in orphans:
-                args += [to_bytes(scope), to_bytes(key), to_bytes(owner)]
-            reasons: Sequence[Any] = await self._home.call(
-                lambda: self._run_script("RESYNC", *args), "resync"
-            )
+            # The snapshot's rows are held until the script has run: a request that ends
+            # meanwhile releases its row after the script re-tracked it, not before.
+            snapshot = self._local.begin_resync()
+            try:
+                orphans = self._local.orphans()
+                args: list[bytes | str | int] = [
+                    self.worker,
+                    self.heartbeat_ms,
+                    str(len(snapshot)),
+                ]
+                for scope, key, owner, _ in snapshot:
+                    args += [to_bytes(scope), to_bytes(key), to_bytes(owner)]
+                for scope, key, owner in orphans:
+                    args += [to_bytes(scope), to_bytes(key), to_bytes(owner)]
+                reasons: Sequence[Any] = await self._home.call(
+                    lambda: self._run_script("RESYNC", *args), "resync"
+                )
+            finally:
+                self._local.end_resync()
             self._local.released(orphans)
-            # Requests that finished while the script ran: it may have re-tracked them.
+            # Rows dropped here meanwhile without waiting for this resync (a track or an
+            # untrack cut short): the script may have re-tracked them.
             gone = self._local.finished_since(snapshot)
             self._local.orphan(gone)
             flipped = 0

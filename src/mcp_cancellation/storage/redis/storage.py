@@ -6,8 +6,11 @@ key layout and the scripts are in :mod:`._scripts`, the background push in :mod:
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import functools
+import logging
 import uuid
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Self, TypeVar
@@ -44,6 +47,8 @@ if TYPE_CHECKING:
     from ...token import RequestToken
 
 __all__ = ["DEFAULT_PREFIX", "RedisStorage"]
+
+logger = logging.getLogger("mcp_cancellation.redis")
 
 DEFAULT_PREFIX = "mcp-cancellation"
 #: Rows one ``ADD`` script may evict: a few milliseconds of Redis time at worst (one-row
@@ -335,10 +340,13 @@ class RedisStorage(Storage):
 
     async def untrack(self, scope: str, key: str, owner: str) -> None:
         row = (scope, key, owner)
-        self._local.forget(row)
         try:
+            resync = self._local.forget_unless_held(row)
+            if resync is not None:
+                await self._after_resync(row, resync)
             await self._run("UNTRACK", to_bytes(scope), to_bytes(key), to_bytes(owner))
         except BaseException:  # unavailable, or cancelled midway: release it later
+            self._local.forget(row)
             self._local.orphan([row])
             raise
 
@@ -349,9 +357,11 @@ class RedisStorage(Storage):
         meanwhile; the cancellation is re-raised afterwards.
         """
         row = (scope, key, owner)
-        self._local.forget(row)
+        resync = self._local.forget_unless_held(row)
 
         async def run() -> None:
+            if resync is not None:
+                await self._after_resync(row, resync)
             try:
                 await self._run("FINISH", to_bytes(scope), to_bytes(key), to_bytes(owner))
             except StorageUnavailable:
@@ -362,6 +372,17 @@ class RedisStorage(Storage):
                 raise
 
         await self._home.to_completion(run)
+
+    async def _after_resync(self, row: Row, resync: concurrent.futures.Future[None] | None) -> None:
+        """Forget *row* once no running resync holds it (*resync*: the one that did): its
+        script re-tracks the rows it began with, so this row's release must reach Redis
+        after it. A resync's script is bounded by the storage's timeout."""
+        while resync is not None:
+            # (No scope in the line: a session id is a secret.)
+            logger.debug("an in-flight row's release waits for the resync under way")
+            # Shielded: a cancelled waiter must not cancel the resync's future for the others.
+            await asyncio.shield(asyncio.wrap_future(resync))
+            resync = self._local.forget_unless_held(row)
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         flight = self._prefix + b"f:" + member(scope, key)
