@@ -274,12 +274,13 @@ class Push:
                 reasons: Sequence[Any] = await self._home.call(
                     lambda: self._run_script("RESYNC", *args), "resync"
                 )
+                # Rows dropped here meanwhile without waiting for this resync (a track or
+                # an untrack cut short): the script may have re-tracked them. (Read before
+                # the held rows go, whose releases now follow the script.)
+                gone = self._local.finished_since(snapshot)
             finally:
                 self._local.end_resync()
             self._local.released(orphans)
-            # Rows dropped here meanwhile without waiting for this resync (a track or an
-            # untrack cut short): the script may have re-tracked them.
-            gone = self._local.finished_since(snapshot)
             self._local.orphan(gone)
             flipped = 0
             for (_, _, _, token), value in zip(snapshot, reasons, strict=False):
