@@ -40,10 +40,6 @@ def test_blocked(redis_server):
 """
 
 
-def _written(path: Path) -> bool:
-    return path.exists() and bool(path.read_text())
-
-
 def _running(pid: int) -> bool:
     """Whether *pid* is a live process (a zombie waiting to be reaped is not)."""
     try:
@@ -79,7 +75,7 @@ def _stop_blocked_suite(tmp_path: Path, command: list[str], env: dict[str, str])
         )
     inner = server = 0
     try:
-        wait_until(lambda: _written(pid_file) or suite.poll() is not None, 90)
+        wait_until(lambda: pid_file.exists() or suite.poll() is not None, 90)
         assert suite.poll() is None, "the inner suite ended before its test blocked"
         inner, server = map(int, pid_file.read_text().split())
         assert _running(server)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -74,33 +74,13 @@ async def registry(client: ScriptLog, prefix: str) -> AsyncIterator[Cancellation
     await registry.aclose()
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
-@pytest.fixture
-def storage_log() -> Iterator[_Records]:
-    logger = logging.getLogger("mcp_cancellation.redis")
-    records, level = _Records(), logger.level
-    logger.addHandler(records)
-    logger.setLevel(logging.DEBUG)
-    yield records
-    logger.removeHandler(records)
-    logger.setLevel(level)
-
-
 Serve = Callable[[asyncio.Event, asyncio.Event], Coroutine[Any, Any, None]]
 
 
 async def _end_during_a_resync(
     registry: CancellationRegistry,
     client: ScriptLog,
-    storage_log: _Records,
+    caplog: pytest.LogCaptureFixture,
     serve: Serve,
     release: str,
 ) -> None:
@@ -111,6 +91,7 @@ async def _end_during_a_resync(
     waiting for the resync."""
     storage = registry.storage
     assert isinstance(storage, ObservedRedisStorage)
+    caplog.set_level(logging.DEBUG, "mcp_cancellation.redis")
     entered, leave = asyncio.Event(), asyncio.Event()
     served = asyncio.create_task(serve(entered, leave))
     await entered.wait()
@@ -120,9 +101,7 @@ async def _end_during_a_resync(
     await async_wait_until(client.held.is_set)  # its snapshot, with the row, is taken
     leave.set()
     await async_wait_until(
-        lambda: (
-            release in client.ran or any("waits for the resync" in m for m in storage_log.messages)
-        )
+        lambda: release in client.ran or any("waits for the resync" in m for m in caplog.messages)
     )
     client.release.set()
     await resync
@@ -135,18 +114,18 @@ async def _end_during_a_resync(
 
 
 async def test_a_request_that_ends_during_a_resync_is_not_tracked_again(
-    registry: CancellationRegistry, client: ScriptLog, storage_log: _Records
+    registry: CancellationRegistry, client: ScriptLog, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def serve(entered: asyncio.Event, leave: asyncio.Event) -> None:
         async with registry.request(1, "s"):
             entered.set()
             await leave.wait()
 
-    await _end_during_a_resync(registry, client, storage_log, serve, "FINISH")
+    await _end_during_a_resync(registry, client, caplog, serve, "FINISH")
 
 
 async def test_an_untrack_during_a_resync_is_not_undone(
-    registry: CancellationRegistry, client: ScriptLog, storage_log: _Records
+    registry: CancellationRegistry, client: ScriptLog, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def serve(entered: asyncio.Event, leave: asyncio.Event) -> None:
         await registry.track(1, "s")
@@ -154,4 +133,4 @@ async def test_an_untrack_during_a_resync_is_not_undone(
         await leave.wait()
         await registry.untrack(1, "s")
 
-    await _end_during_a_resync(registry, client, storage_log, serve, "UNTRACK")
+    await _end_during_a_resync(registry, client, caplog, serve, "UNTRACK")
