@@ -17,7 +17,7 @@ from mcp_cancellation import CancellationRegistry, RequestToken, StorageUnavaila
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ..support import RedisServer, async_wait_until
-from .conftest import MakeRegistry, ObservedRedisStorage
+from .conftest import MakeRegistry, ObservedRedisStorage, settled
 
 pytestmark = pytest.mark.redis
 
@@ -134,6 +134,9 @@ async def test_finish_completes_although_the_request_task_is_cancelled(
     await registry.cancel("r", "reason", scope="s")
     task = asyncio.create_task(tool())
     await inside.wait()
+    # The listener's first resync holds the row it re-tracks, and finish() waits for a
+    # resync that holds its row: let that resync end before the pause could hold it too.
+    await settled(registry.storage)
     pauser = Redis.from_url(server.url, socket_timeout=10)
     try:
         # Writes (scripts included) wait until the unpause below; reads still answer.
