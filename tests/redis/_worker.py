@@ -25,6 +25,7 @@ def main() -> None:
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--heartbeat-ttl", type=float, default=1.0)
     parser.add_argument("--janitor-interval", type=float, default=0.5)
+    parser.add_argument("--sse", type=float, default=0.0, help="1: SSE responses, not JSON")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     storage = RedisStorage.from_url(
@@ -37,7 +38,7 @@ def main() -> None:
         reconnect_backoff=(0.05, 0.3),
     )
     registry = CancellationRegistry(storage, janitor_interval=args.janitor_interval)
-    app = build_demo_app(registry, json_response=True, poll_interval=POLL_INTERVAL)
+    app = build_demo_app(registry, json_response=not args.sse, poll_interval=POLL_INTERVAL)
     # Idle connections outlive the test client's keep-alive (see tests/support.py).
     uvicorn.run(
         app,

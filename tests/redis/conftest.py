@@ -3,10 +3,12 @@ server of the test's own, for outages), all closed after the test."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
@@ -16,6 +18,7 @@ from mcp_cancellation.scope import scope_kind
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ..support import RedisServer, Registries, async_wait_until
+from ._workers import HEADERS, Worker
 
 MakeStorage = Callable[..., RedisStorage]
 MakeRegistry = Callable[..., CancellationRegistry]
@@ -149,3 +152,39 @@ async def assert_layout_in_step(raw: Any, storage: RedisStorage) -> dict[str, in
     stored = {k.decode(): int(v) for k, v in (await raw.hgetall(p + b"kinds")).items()}
     assert {k: v for k, v in stored.items() if k != "_v" and v} == kinds
     return counts
+
+
+StartWorkers = Callable[..., list[Worker]]
+
+
+@pytest.fixture
+def start_workers(prefix: str) -> Iterator[StartWorkers]:
+    """Start uvicorn workers on a server (``start(server, count=2, **options)``); each is
+    stopped after the test, even if stopping another one raised or was interrupted."""
+    with contextlib.ExitStack() as started:
+
+        def start(server: RedisServer, count: int = 2, **options: float) -> list[Worker]:
+            workers = []
+            for _ in range(count):
+                worker = Worker(server.url, prefix, **options)
+                started.callback(worker.stop)
+                workers.append(worker)
+            return workers
+
+        yield start
+
+
+@pytest.fixture
+async def observer(server: RedisServer, prefix: str) -> AsyncIterator[RedisStorage]:
+    """The test's own view of the shared rows (same prefix, not a worker)."""
+    storage = RedisStorage.from_url(
+        server.url, prefix=prefix, socket_timeout=0.5, connect_timeout=0.5, timeout=1.5
+    )
+    yield storage
+    await storage.aclose()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(headers=HEADERS, timeout=15) as client:
+        yield client

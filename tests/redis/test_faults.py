@@ -14,6 +14,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from mcp_cancellation import CancellationRegistry, RequestToken, StorageUnavailable
+from mcp_cancellation.storage.base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ..support import RedisServer, async_wait_until
@@ -118,7 +119,7 @@ def _quietly(fn: object, *args: object, **kwargs: object) -> object:
     return check
 
 
-async def test_finish_completes_although_the_request_task_is_cancelled(
+async def test_a_request_ends_at_once_while_redis_holds_its_release(
     make_registry: MakeRegistry, server: RedisServer
 ) -> None:
     # Commands wait in Redis far longer than this test holds them: no timeout is involved.
@@ -134,8 +135,6 @@ async def test_finish_completes_although_the_request_task_is_cancelled(
     await registry.cancel("r", "reason", scope="s")
     task = asyncio.create_task(tool())
     await inside.wait()
-    # The listener's first resync holds the row it re-tracks, and finish() waits for a
-    # resync that holds its row: let that resync end before the pause could hold it too.
     await settled(registry.storage)
     pauser = Redis.from_url(server.url, socket_timeout=10)
     try:
@@ -143,19 +142,24 @@ async def test_finish_completes_although_the_request_task_is_cancelled(
         await pauser.client_pause(60_000, all=False)
         held = await _scripts_held(pauser)
         leave.set()
-        # finish() has sent its script, and Redis holds it: cancel the task now.
+        # The request's release is sent and held by Redis, yet the request ends (it waits
+        # at most max_wait), and a cancelled one too.
         await async_wait_until(lambda: _more_scripts_held(pauser, held), within=10)
         task.cancel()
-        await asyncio.sleep(0)
-        assert not task.done()  # finish() waits for its script, cancelled or not
-        await pauser.client_unpause()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 10)
+        assert await registry.storage.is_tracked("s", "r") is True  # not released yet
+        await pauser.client_unpause()
     finally:
         await pauser.client_unpause()
         await pauser.aclose()
-    assert not await registry.in_flight("r", scope="s")
+    # The release reaches Redis once it answers.
+    await async_wait_until(_quietly(_not_in_flight, registry), within=10)
     assert not await registry.is_cancelled("r", scope="s")
+
+
+async def _not_in_flight(registry: CancellationRegistry) -> bool:
+    return not await registry.in_flight("r", scope="s")
 
 
 async def _scripts_held(client: Redis) -> set[int]:
@@ -235,9 +239,10 @@ async def test_a_cancellation_row_a_failed_finish_left_is_removed_when_redis_ret
             await observer.aclose()
 
 
-async def test_an_owed_row_removal_spares_a_request_with_that_id_still_in_flight() -> None:
-    # The row cancels every request of (scope, id): while one of them still runs on another
-    # worker, the late removal leaves the row to that request's own finish.
+async def test_a_late_finish_leaves_the_cancellation_of_a_request_still_in_flight() -> None:
+    # The finish that failed reaches Redis later and removes the row, as a finish does;
+    # the other worker's request with that id stays cancelled (its own mark in Redis),
+    # even through a resync.
     with _persistent() as server:
         options: dict[str, Any] = {"prefix": "aof", **FAST}
         failing = ObservedRedisStorage.from_url(server.url, **options)
@@ -265,12 +270,18 @@ async def test_an_owed_row_removal_spares_a_request_with_that_id_still_in_flight
             resyncs = failing.resyncs
             server.start()
             # The failing worker's first whole resync after the restart (a resync that
-            # fails raises before it is counted) ran the owed removal: the row stays.
+            # fails raises before it is counted) sent the queued finish.
             await async_wait_until(lambda: failing.resyncs > resyncs, within=10)
-            assert (await observer.get("s", "r")) == (True, "stop")
+            assert await _row_gone(observer)
+            assert await observer.is_tracked("s", "r")  # the other request, still running
+            # A resync of the other worker would find its request's cancellation: its mark.
+            fields = await observer.client.hgetall(observer.key("f:", "1:sr"))
+            assert [v for f, v in fields.items() if f[:1] in (b"!", "!")] == [b"+stop"]
+            await running.resync()
+            assert other[0].cancelled
             leave.set()
             await asyncio.wait_for(task, 10)
-            assert await _row_gone(observer)  # removed by that request's own finish
+            assert not await observer.is_tracked("s", "r")
         finally:
             leave.set()
             await first.aclose()
@@ -323,3 +334,55 @@ async def test_a_silent_pub_sub_connection_is_replaced(
         finally:
             await pauser.aclose()
         await async_wait_until(lambda: storage.subscribed, within=10)
+
+
+async def test_a_resync_releases_the_rows_redis_holds_for_this_worker_beyond_its_own(
+    make_registry: MakeRegistry, raw: Redis
+) -> None:
+    """What a failover to a replica that missed some releases leaves: in-flight rows of
+    this worker's ended requests, one of them cancelled. The resync removes both (the
+    live request stays), and the reused id starts uncancelled."""
+    registry = make_registry()
+    storage = registry.storage
+    assert isinstance(storage, ObservedRedisStorage)
+    async with registry.request(1, "s"):
+        await settled(storage)
+        worker = storage.worker_id
+        flight = storage.key("f:", "1:s2")
+        entry = b"4:1:s2" + b"gone-owner"
+        await raw.hset(flight, b"gone-owner", worker)
+        await raw.hincrby(storage.key("fs"), "s", 1)
+        await raw.sadd(storage.key("w:", worker), entry)
+        result = await storage.add("s", "2", "old", limits=Limits(), require_in_flight=True)
+        assert result.outcome == "recorded"
+        await storage.resync()
+        assert not await registry.in_flight(2, "s")
+        assert not await registry.is_cancelled(2, "s")
+        assert await registry.in_flight(1, "s")
+        async with registry.request(2, "s") as token:
+            assert not token.cancelled
+    stats = await registry.stats()
+    assert (stats.total_rows, stats.total_in_flight) == (0, 0)
+
+
+async def test_a_lost_table_is_noticed_by_the_next_call_and_rebuilt_by_every_worker(
+    make_registry: MakeRegistry, raw: Redis
+) -> None:
+    tool_worker = make_registry()
+    other_worker = make_registry()
+    storage = tool_worker.storage
+    assert isinstance(storage, ObservedRedisStorage)
+    async with tool_worker.request(1, "s") as token:
+        await settled(storage)
+        await other_worker.in_flight(1, "s")  # the other worker knows the table too
+        resyncs = storage.resyncs
+        keys = [key async for key in raw.scan_iter(match=storage.key("*"))]
+        await raw.delete(*keys)
+        # The other worker's next call finds the table lost: refused, and every worker
+        # told to resynchronise ...
+        with pytest.raises(StorageUnavailable, match="resynchronising"):
+            await other_worker.cancel_in_flight(1, "now", scope="s")
+        await async_wait_until(lambda: storage.resyncs > resyncs, within=10)
+        # ... after which the cancellation is recorded and reaches the request.
+        assert await other_worker.cancel_in_flight(1, "now", scope="s")
+        await async_wait_until(lambda: token.cancelled, within=10)

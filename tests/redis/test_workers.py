@@ -8,14 +8,6 @@ CancellationMiddleware with a RedisStorage. A ``tools/call`` goes to one worker 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
-import subprocess
-import sys
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -23,139 +15,11 @@ import pytest
 from mcp_cancellation import REQUEST_CANCELLED
 from mcp_cancellation.storage.redis import RedisStorage
 
-from ..support import (
-    RedisServer,
-    ServerLog,
-    async_wait_until,
-    project_root,
-    start_on_free_port,
-    stop_process,
-)
+from ..support import RedisServer, async_wait_until
+from ._workers import CALLER, HEADERS, call_body, cancel_body, empty, tracked
+from .conftest import StartWorkers
 
 pytestmark = [pytest.mark.redis, pytest.mark.e2e]
-
-HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-CALLER = "ip:127.0.0.1"  # the scope both workers derive for the test client
-
-
-def _answers(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1).status_code > 0
-    except httpx.TransportError:
-        return False
-
-
-class Worker:
-    """A uvicorn worker subprocess on a free port, serving once constructed."""
-
-    def __init__(self, redis_url: str, prefix: str, **options: float) -> None:
-        self.log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)  # noqa: SIM115
-        self.server_log = ServerLog("uvicorn worker", self.log.name)
-        extra: list[str] = []
-        for name, value in options.items():
-            extra += [f"--{name.replace('_', '-')}", str(value)]
-
-        def spawn(port: int) -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.redis._worker",
-                    "--port",
-                    str(port),
-                    "--redis-url",
-                    redis_url,
-                    "--prefix",
-                    prefix,
-                    *extra,
-                ],
-                cwd=project_root(),
-                stdout=self.log,
-                stderr=subprocess.STDOUT,
-            )
-
-        self.port, self.process = start_on_free_port(spawn, _answers, self.server_log)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    @property
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def kill(self) -> None:
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        stop_process(self.process)
-        self.log.close()
-        self.server_log.keep()
-        os.unlink(self.log.name)
-
-    def output(self) -> str:
-        with open(self.log.name, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-
-
-StartWorkers = Callable[..., list[Worker]]
-
-
-@pytest.fixture
-def start_workers(prefix: str) -> Iterator[StartWorkers]:
-    # An exit stack: each worker is stopped even if stopping another one raised or was
-    # interrupted (a Ctrl-C or SIGTERM during teardown).
-    with contextlib.ExitStack() as started:
-
-        def start(server: RedisServer, count: int = 2, **options: float) -> list[Worker]:
-            workers = []
-            for _ in range(count):
-                worker = Worker(server.url, prefix, **options)
-                started.callback(worker.stop)
-                workers.append(worker)
-            return workers
-
-        yield start
-
-
-@pytest.fixture
-async def observer(server: RedisServer, prefix: str) -> AsyncIterator[RedisStorage]:
-    """The test's own view of the shared rows (same prefix, not a worker)."""
-    storage = RedisStorage.from_url(
-        server.url, prefix=prefix, socket_timeout=0.5, connect_timeout=0.5, timeout=1.5
-    )
-    yield storage
-    await storage.aclose()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(headers=HEADERS, timeout=15) as client:
-        yield client
-
-
-def call_body(request_id: int, seconds: int) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": "tools/call",
-        "params": {"name": "slow_count", "arguments": {"seconds": seconds}},
-    }
-
-
-def cancel_body(request_id: int, reason: str) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "method": "notifications/cancelled",
-        "params": {"requestId": request_id, "reason": reason},
-    }
-
-
-async def tracked(observer: RedisStorage, request_id: int) -> bool:
-    with contextlib.suppress(Exception):
-        return await observer.is_tracked(CALLER, str(request_id))
-    return False
 
 
 async def test_cancel_sent_to_another_worker_stops_the_tool(
@@ -175,7 +39,7 @@ async def test_cancel_sent_to_another_worker_stops_the_tool(
     assert answer.status_code == 202  # accepted and ignored, as MCP permits
     response = await call
     assert response.json()["result"]["content"][0]["text"] == "counted to 1"
-    await async_wait_until(lambda: _empty(observer), within=5)
+    await async_wait_until(lambda: empty(observer), within=5)
 
     # The caller itself can, through the other worker. slow_count(30) would take 30 s;
     # the client gives up after 15 s, so the answer shows the tool stopped early.
@@ -188,7 +52,7 @@ async def test_cancel_sent_to_another_worker_stops_the_tool(
     assert error["code"] == REQUEST_CANCELLED
     assert error["data"] == {"reason": "changed my mind"}
     # Both rows are gone: the request is untracked and its cancellation cleared.
-    await async_wait_until(lambda: _empty(observer), within=5)
+    await async_wait_until(lambda: empty(observer), within=5)
 
 
 async def test_a_killed_workers_rows_go_after_the_heartbeat_ttl(
@@ -218,7 +82,7 @@ async def test_a_killed_workers_rows_go_after_the_heartbeat_ttl(
         return not row
 
     await async_wait_until(removed_after_heartbeat, within=15, interval=0.05)
-    await async_wait_until(lambda: _empty(observer), within=10)
+    await async_wait_until(lambda: empty(observer), within=10)
     assert survivor.alive
 
 
@@ -263,7 +127,7 @@ async def test_redis_outage_and_recovery_step_by_step(
         response = await long_call
         assert response.json()["error"]["code"] == REQUEST_CANCELLED
         assert response.json()["error"]["data"] == {"reason": "after the outage"}
-        await async_wait_until(lambda: _empty(observer), within=5)
+        await async_wait_until(lambda: empty(observer), within=5)
 
         # 3. A fresh call on the other worker, cancelled through the first one.
         call = asyncio.create_task(http.post(other_worker.url, json=call_body(12, 30)))
@@ -273,8 +137,3 @@ async def test_redis_outage_and_recovery_step_by_step(
         assert (await call).json()["error"]["code"] == REQUEST_CANCELLED
     finally:
         await observer.aclose()
-
-
-async def _empty(observer: RedisStorage) -> bool:
-    stats = await observer.stats()
-    return stats.total_rows == 0 and stats.total_in_flight == 0

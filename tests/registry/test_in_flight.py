@@ -150,18 +150,26 @@ async def test_cancel_in_flight_records_a_row(registry: CancellationRegistry) ->
     assert await rows(registry) == {}
 
 
-async def test_a_request_started_after_a_recorded_cancellation_of_a_reused_id(
+async def test_a_request_reusing_an_id_never_inherits_a_cancellation_of_the_one_before(
     registry: CancellationRegistry,
 ) -> None:
-    # A row recorded while another request with the same id was in flight is still there
-    # for a second request that starts before the first ends: it starts cancelled.
+    # A cancellation reaches the requests in flight when it was recorded: a second
+    # request with the same id, started while the cancelled one is still finishing (a
+    # client behind the same address, counting ids from 1), starts uncancelled.
     first = HeldRequest(registry, 1, "s")
-    await first.started()
-    await registry.cancel_in_flight(1, scope="s")
+    first_token = await first.started()
+    await registry.cancel_in_flight(1, "stop the first", scope="s")
+    assert first_token.cancelled
     second = HeldRequest(registry, 1, "s")
-    assert (await second.started()).cancelled
+    second_token = await second.started()
+    assert not second_token.cancelled
     await first.finish()
+    assert not second_token.cancelled
+    # ... and a cancellation recorded now reaches it.
+    assert await registry.cancel_in_flight(1, "stop the second", scope="s")
+    assert second_token.reason == "stop the second"
     await second.finish()
+    assert await rows(registry) == {}
 
 
 async def test_a_synchronous_storage_that_cannot_track_leaves_the_request_running(

@@ -78,6 +78,9 @@ class RegistryMachine(RuleBasedStateMachine):
         self.registry: CancellationRegistry | None = None
         self.model = Model(None, None)
         self.open: list[_Live] = []
+        # Rows recorded while nothing of theirs was in flight: the next request claims one.
+        # Every other row is bound to the requests in flight when it was recorded.
+        self.pending: set[tuple[str, str]] = set()
 
     def run(self, coro: Awaitable[T]) -> T:
         return self.loop.run_until_complete(coro)
@@ -126,6 +129,10 @@ class RegistryMachine(RuleBasedStateMachine):
         if accepted:
             self.run(self.reg.cancel(request_id, reason, scope=scope))
             self.flip(scope, key)
+            if self.tracked(scope, key):
+                self.pending.discard((scope, key))
+            else:
+                self.pending.add((scope, key))
         else:
             assert self.model.quota is not None
             assert before >= self.model.quota
@@ -150,6 +157,7 @@ class RegistryMachine(RuleBasedStateMachine):
         if self.model.add(scope, key, reason, self.tick()):
             assert self.run(self.reg.cancel_in_flight(request_id, reason, scope=scope))
             self.flip(scope, key)
+            self.pending.discard((scope, key))
         else:
             with pytest.raises(CancellationLimitReached):
                 self.run(self.reg.cancel_in_flight(request_id, reason, scope=scope))
@@ -174,9 +182,15 @@ class RegistryMachine(RuleBasedStateMachine):
         task = self.loop.create_task(serve())
         self.run(entered.wait())
         key = str(request_id)
-        live = _Live(scope, key, task, release, tokens[0], key in self.model.rows.get(scope, {}))
+        live = _Live(scope, key, task, release, tokens[0], self._claim(scope, key))
         self.open.append(live)
         return live
+
+    def _claim(self, scope: str, key: str) -> bool:
+        """A request starts: whether it claims a pending row (and starts cancelled)."""
+        claimed = (scope, key) in self.pending and key in self.model.rows.get(scope, {})
+        self.pending.discard((scope, key))
+        return claimed
 
     @rule(live=consumes(live))
     def finish_request(self, live: _Live) -> None:
@@ -193,6 +207,7 @@ class RegistryMachine(RuleBasedStateMachine):
 
         self.run(self.loop.create_task(track()))
         pair = (scope, str(request_id))
+        self._claim(*pair)
         self.model.dead[pair] = self.model.dead.get(pair, 0) + 1
 
     @rule(dt=st.sampled_from([0.5, 3.0, 20.0]))
@@ -204,6 +219,11 @@ class RegistryMachine(RuleBasedStateMachine):
     def cleanup(self, ttl: float | None) -> None:
         if not self.controlled_clock:
             ttl = None
+        # A dead owner's cancellation row goes with it, unless a live request with that id
+        # is still in flight; then the TTL expires what is left.
+        for scope, key in self.model.dead:
+            if not any((live.scope, live.key) == (scope, key) for live in self.open):
+                self.model.remove(scope, key)
         removed = 0 if ttl is None else self.model.expire(ttl, self.now)
         dead = sum(self.model.dead.values())
         self.model.dead.clear()

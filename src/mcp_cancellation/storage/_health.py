@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from .. import signals
 
@@ -20,19 +21,31 @@ class Health:
     and every failure is sent as ``storage.error`` with the storage as sender.
     """
 
-    __slots__ = ("_name", "_sender", "available")
+    __slots__ = ("_name", "_sender", "available", "failed_at")
 
     def __init__(self, sender: object, name: str) -> None:
         self._sender = sender
         self._name = name
         self.available = True
+        #: ``time.monotonic()`` of the last failure (``None``: none yet).
+        self.failed_at: float | None = None
+
+    def failed_within(self, seconds: float) -> bool:
+        """Whether a call failed in the last *seconds*."""
+        return self.failed_at is not None and time.monotonic() - self.failed_at < seconds
 
     def answered(self) -> None:
         if not self.available:
             self.available = True
             logger.info("%s storage answers again", self._name)
 
+    def trouble_elsewhere(self) -> None:
+        """Another worker reported that Redis refuses its writes (counts as a failure for
+        :meth:`failed_within`, without a log line or signal)."""
+        self.failed_at = time.monotonic()
+
     def failed(self, operation: str, error: BaseException) -> None:
+        self.failed_at = time.monotonic()
         if self.available:
             self.available = False
             logger.warning("%s storage unavailable (%s: %s)", self._name, operation, error)

@@ -122,6 +122,11 @@ class MemoryStorage(SynchronousStorage):
         self._changed: set[str] = set()
         self._kind_rows: dict[str, int] = {}
         self._in_flight = InFlightTokens()
+        # Rows recorded while nothing of theirs was in flight (a library's cancel() of a
+        # request yet to start): the next request tracked claims such a row. Every other
+        # row is bound to the requests in flight when it was recorded, and never
+        # cancels a later one. (May name rows gone since: add_nowait() resets an entry.)
+        self._pending: set[tuple[str, str]] = set()
         # Rows the cap evicted, awaiting release (see _evict).
         self._graveyard: list[dict[str, _Row] | list[tuple[str, _Row]] | list[dict[str, _Row]]] = []
 
@@ -148,12 +153,15 @@ class MemoryStorage(SynchronousStorage):
         try:
             # Most cancelled ids are not in flight here: one lookup, no list, for those.
             tokens: Collection[RequestToken]
-            if (scope, key) in self._in_flight:
+            request = (scope, key)
+            if request in self._in_flight:
                 tokens = self._in_flight.tokens(scope, key)
+                self._pending.discard(request)
             elif require_in_flight:
                 return _NOT_IN_FLIGHT
             else:
                 tokens = _NO_TOKENS
+                self._pending.add(request)
             rows = self._rows.get(scope)
             if rows is not None and key in rows:
                 rows[key] = (rows[key][0], reason)
@@ -393,9 +401,11 @@ class MemoryStorage(SynchronousStorage):
             # The one-owner case is one setdefault; a second owner goes through add().
             if in_flight.setdefault((scope, key), pair) is not pair:
                 in_flight.add(scope, key, owner, token)
-            rows = self._rows.get(scope)
-            if rows is not None and key in rows:
-                token.set_cancelled(rows[key][1])
+            if self._pending:
+                rows = self._rows.get(scope)
+                if rows is not None and key in rows and (scope, key) in self._pending:
+                    self._pending.discard((scope, key))  # claimed: bound to this request
+                    token.set_cancelled(rows[key][1])
         finally:
             lock.release()
 
@@ -421,6 +431,7 @@ class MemoryStorage(SynchronousStorage):
             rows = self._rows.get(scope)
             if rows is not None and key in rows:
                 self._remove_row(scope, key, rows)
+                self._pending.discard(request)
         finally:
             lock.release()
 
@@ -435,7 +446,20 @@ class MemoryStorage(SynchronousStorage):
         work (the pass then also expires nothing recorded after it began)."""
         with self._lock:
             self._release()
-            in_flight_removed = len(self._in_flight.sweep(set(dead_owners)))
+            swept = self._in_flight.sweep(set(dead_owners))
+            in_flight_removed = len(swept)
+            # A dead owner's cancellation rows go with it, unless another owner of the
+            # request is still in flight (or the row is pending, bound to none).
+            for scope, key, _ in swept:
+                rows = self._rows.get(scope)
+                if (
+                    rows is not None
+                    and key in rows
+                    and (scope, key) not in self._in_flight
+                    and (scope, key) not in self._pending
+                ):
+                    self._remove_row(scope, key, rows)
+            self._pending = {(s, k) for s, k in self._pending if k in self._rows.get(s, ())}
             deadline = None if ttl is None else self._clock() - ttl
         removed = 0
         while deadline is not None:

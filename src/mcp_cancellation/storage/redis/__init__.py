@@ -27,19 +27,18 @@ semantics of :class:`~mcp_cancellation.MemoryStorage`:
   also removes the in-flight rows of workers whose heartbeat expired, so a worker killed
   with SIGKILL leaves nothing behind beyond the TTL plus one janitor interval.
 * **Faults.** Every call is bounded by the socket timeouts and by ``timeout`` overall;
-  connection errors and timeouts become :class:`~mcp_cancellation.StorageUnavailable`.
-  Nothing needs a restart when Redis comes back: the client reconnects on the next call
-  and the listener reconnects with exponential backoff. :meth:`finish` completes even if
-  the calling task is cancelled meanwhile; if Redis is unreachable its in-flight row is
-  queued and released by the next resync or cleanup, and its cancellation row, if any, is
-  removed by the next resync.
+  every Redis error becomes :class:`~mcp_cancellation.StorageUnavailable`. A request
+  waits for Redis at most ``max_wait`` as it starts and ends: its track and release are
+  queued (batched, one script per moment) and retried with backoff until Redis takes
+  them. Nothing needs a restart when Redis comes back; a lost table (its epoch key gone)
+  is noticed by the next call and every worker resyncs.
 
 The package is split by job: :mod:`._codec` (values on the wire), :mod:`._scripts` (the
 key layout; the Lua scripts themselves are ``lua/*.lua``), :mod:`._connect` (a client
 from a URL, the table's identity), :mod:`._cluster` (Redis Cluster: its URL and the
 sharded subscription), :mod:`._home` (the home loop, bounds and error translation),
-:mod:`._local` (this worker's tokens and the rows it owes Redis), :mod:`._push`
-(listener, heartbeat, resync) and :mod:`.storage` (the operations).
+:mod:`._journal` (this worker's tokens and the writes it owes Redis, the resync),
+:mod:`._push` (listener, heartbeat) and :mod:`.storage` (the operations).
 
 Background tasks (listener and heartbeat) start lazily at the first call and stop in
 :meth:`aclose`. The storage belongs to one event loop, its *home*: the loop running when

@@ -134,9 +134,10 @@ class ShardSubscription:
         self._node_client: Redis | None = None
         self.node = ""
 
-    async def open(self, channel: bytes) -> PubSub:
+    async def open(self, *channels: bytes) -> PubSub:
         await self._client.exists(self._routing_key)  # refreshes a stale slot map
-        node = self._client.get_node_from_key(cast(str, channel))  # (bytes work too)
+        # (The channels share the table's hash tag: one slot, one node.)
+        node = self._client.get_node_from_key(cast(str, channels[0]))  # (bytes work too)
         if node is None:  # pragma: no cover - redis-py raises SlotNotCoveredError
             raise ConnectionError("no node serves the table's slot")
         kwargs = dict(node.connection_kwargs)
@@ -145,7 +146,7 @@ class ShardSubscription:
         self._node_client = Redis.from_pool(pool)
         self.node = node.name
         pubsub = self._node_client.pubsub()
-        await pubsub.ssubscribe(channel)
+        await pubsub.ssubscribe(*channels)
         return pubsub
 
     async def close(self) -> None:

@@ -37,7 +37,8 @@ def encode_reason(reason: str | None) -> bytes:
 
 
 def decode_reason(value: bytes | str) -> str | None:
-    raw = to_bytes(value)
+    """The reason of an encoded row value (a pending row's ``*`` mark dropped)."""
+    raw = to_bytes(value).removeprefix(b"*")
     return None if raw[:1] == b"-" else raw[1:].decode("utf-8", "surrogatepass")
 
 

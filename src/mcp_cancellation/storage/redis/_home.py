@@ -22,24 +22,31 @@ from .._health import Health
 with requires("redis", "RedisStorage"):
     from redis import exceptions as redis_errors
 
-__all__ = ["UNAVAILABLE", "HomeLoop", "reraise_cancellation"]
+__all__ = ["UNAVAILABLE", "HomeLoop", "describe", "reraise_cancellation"]
 
 T = TypeVar("T")
 
-#: Errors that mean "Redis cannot answer right now" (as opposed to a bug).
+#: Errors that mean "Redis cannot serve this call": an outage, a stall, and any error Redis
+#: answers (a missing permission, out of memory, a script error, a read-only replica).
+#: All of them degrade the same way: requests are served, cancellations are refused (503)
+#: and one log line names the cause.
 UNAVAILABLE: tuple[type[BaseException], ...] = (
-    redis_errors.ConnectionError,  # includes BusyLoadingError, MaxConnectionsError
-    redis_errors.TimeoutError,
-    redis_errors.ReadOnlyError,  # a replica promoted or demoted under us
-    redis_errors.OutOfMemoryError,  # maxmemory reached: degrade, do not fail requests
-    redis_errors.ClusterDownError,  # a cluster in failover: the slot has no master yet
-    redis_errors.TryAgainError,
-    redis_errors.MasterDownError,
-    redis_errors.ClusterError,  # redirections exhausted (a topology in flux)
-    redis_errors.RedisClusterException,  # no startup node answers; slot not covered
+    redis_errors.RedisError,
     TimeoutError,
     OSError,
 )
+
+
+def describe(exc: BaseException) -> str:
+    """*exc* in one line, with its causes: redis-py raises some errors with no message
+    (a TLS handshake against a plain port), whose cause says what happened."""
+    parts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(parts) < 3:
+        message = str(seen).strip()
+        parts.append(f"{type(seen).__name__}: {message}" if message else type(seen).__name__)
+        seen = seen.__cause__ or seen.__context__
+    return " (caused by ".join(parts) + ")" * (len(parts) - 1)
 
 
 def reraise_cancellation() -> None:
@@ -76,31 +83,6 @@ class HomeLoop:
         with contextlib.suppress(RuntimeError):
             self.loop = asyncio.get_running_loop()
         self.closed = False
-        self._completing: set[asyncio.Future[Any]] = set()
-
-    async def to_completion(self, fn: Callable[[], Awaitable[None]]) -> None:
-        """Await *fn()*, which runs to completion (bounded by its own timeout) even if the
-        calling task is cancelled meanwhile; the cancellation is re-raised afterwards.
-        :meth:`drain` waits for every such call still running."""
-        task = asyncio.ensure_future(fn())
-        self._completing.add(task)
-        task.add_done_callback(self._settle)
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if not task.done():
-                await asyncio.wait([task])
-            raise
-
-    def _settle(self, future: asyncio.Future[Any]) -> None:
-        self._completing.discard(future)
-        if not future.cancelled():
-            future.exception()  # retrieved: to_completion() already gave it to its caller
-
-    async def drain(self) -> None:
-        """Wait for the :meth:`to_completion` calls still running (when closing)."""
-        if self._completing:
-            await asyncio.wait(list(self._completing))
 
     async def call(self, fn: Callable[[], Awaitable[T]], operation: str) -> T:
         """Run *fn* (one storage *operation*) on the home loop, bounded by the timeout,
@@ -127,7 +109,7 @@ class HomeLoop:
         except UNAVAILABLE as exc:
             if task is not None and task.cancelling() > cancelling:
                 raise asyncio.CancelledError from exc
-            error = StorageUnavailable(f"Redis unavailable: {exc or type(exc).__name__}")
+            error = StorageUnavailable(f"Redis unavailable: {describe(exc)}")
             self.health.failed(operation, error)
             raise error from exc
         self.health.answered()

@@ -16,8 +16,9 @@ unambiguous for any bytes since the scope's byte length comes first):
 =====================  ======  ============================================================
 ``P ages``             ZSET    every cancellation row: ``m`` -> age; TTL sweeps and the
                                global row count (``ZCARD``) come from here
-``P reasons``          HASH    ``m`` -> ``-`` (no reason) or ``+<reason>``; a field exists
-                               exactly when the row exists
+``P reasons``          HASH    ``m`` -> ``-`` (no reason) or ``+<reason>``, after a ``*``
+                               while the row is pending (recorded with nothing in flight);
+                               a field exists exactly when the row exists
 ``P s:<scope>``        ZSET    the scope's rows: ``key`` -> age (oldest first)
 ``P scopes``           ZSET    ``scope`` -> row count (quota check, largest scope, stats)
 ``P l:<n>``            ZSET    the scopes holding exactly ``n`` rows: ``scope`` -> age of
@@ -25,12 +26,17 @@ unambiguous for any bytes since the scope's byte length comes first):
 ``P kinds``            HASH    scope kind -> row count (scrapes), and ``_v`` once the
                                counts are kept (a table from 0.1.0 is counted once)
 ``P clock``            STRING  last age handed out (ages strictly increase)
-``P f:<m>``            HASH    in-flight owners of a request: ``owner`` -> worker id
+``P f:<m>``            HASH    in-flight owners of a request: ``owner`` -> worker id, and
+                               ``!<owner>`` -> encoded reason once that owner is cancelled
 ``P fs``               HASH    ``scope`` -> in-flight row count (stats)
 ``P w:<worker>``       SET     the worker's in-flight rows: ``<#m>:<m><owner>``
 ``P workers``          SET     workers that hold in-flight rows
 ``P hb:<worker>``      STRING  the worker's heartbeat, with a TTL
+``P epoch``            STRING  the table's epoch, written at its first use: gone with the
+                               table (flush, restart, failover to an empty replica)
+``P lost``             STRING  set for a grace period once a worker finds the table lost
 ``P c:<worker>``       (pub/sub channel) cancellations of the worker's requests
+``P resync``           (pub/sub channel) every worker resynchronises (table lost)
 =====================  ======  ============================================================
 
 Ages are microseconds of the Redis server's clock (``TIME``), made strictly increasing
@@ -60,17 +66,7 @@ from importlib import resources
 __all__ = ["NAMES", "source"]
 
 #: The scripts, by the name the storage calls them with.
-NAMES = (
-    "ADD",
-    "TRACK",
-    "UNTRACK",
-    "REMOVE",
-    "FINISH",
-    "CLEAR",
-    "SUMMARY",
-    "RESYNC",
-    "CLEANUP",
-)
+NAMES = ("ADD", "REMOVE", "SYNC", "SUMMARY", "CLEANUP")
 
 
 @functools.cache

@@ -6,8 +6,6 @@ key layout and the scripts are in :mod:`._scripts`, the background push in :mod:
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import functools
 import logging
@@ -18,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from ..._extras import requires
 from ...errors import ConfigurationError, StorageUnavailable
 from .._health import Health
-from .._in_flight import Row
 from ..base import AddResult, Limits, Storage, StorageStats, TableSummary
 from . import _scripts as scripts
 from ._cluster import ShardSubscription, is_cluster
@@ -33,8 +30,8 @@ from ._codec import (
 )
 from ._connect import client_from_url, table_identity
 from ._home import HomeLoop
-from ._local import LocalRequests
-from ._push import ChannelSubscription, Push, Subscription
+from ._journal import Journal
+from ._push import BEHIND, ChannelSubscription, Push, Subscription
 
 with requires("redis", "RedisStorage"):
     from redis.asyncio import Redis
@@ -57,6 +54,8 @@ DEFAULT_EVICTION_CHUNK = 250
 #: Expired rows one ``CLEANUP`` script may remove: a few milliseconds of Redis time at
 #: worst (scopes that each lose their oldest row, the costliest shape; docs/performance.md).
 DEFAULT_CLEANUP_BATCH = 500
+#: The longest a request waits for Redis as it starts and as it ends (seconds).
+DEFAULT_MAX_WAIT = 0.05
 T = TypeVar("T")
 
 
@@ -70,7 +69,10 @@ class RedisStorage(Storage):
     *max_concurrency* calls run at once (the others wait, within *timeout*), since the
     cluster client's pool refuses a burst instead of queueing it: with your own
     ``RedisCluster``, keep it a few below the client's ``max_connections`` (per node).
-    *timeout* caps every storage call, retries included.
+    *timeout* caps every storage call, retries included. A request never waits for Redis
+    longer than *max_wait* as it starts or ends: past it, the request runs (cancellable in
+    this worker) and its track reaches Redis when Redis answers (retried with
+    *reconnect_backoff*).
     *heartbeat_ttl* is how long a silent worker keeps its in-flight rows. *identity* names
     the table in metrics (the ``storage`` label); by default it is derived from the
     server's address, the database and the prefix (see :attr:`identity`).
@@ -94,11 +96,14 @@ class RedisStorage(Storage):
         identity: str | None = None,
         eviction_chunk: int | None = DEFAULT_EVICTION_CHUNK,
         max_concurrency: int = 50,
+        max_wait: float = DEFAULT_MAX_WAIT,
     ) -> None:
         if not prefix or "{" in prefix or "}" in prefix:
             raise ConfigurationError("prefix must be non-empty and contain no '{' or '}'")
-        if timeout <= 0 or heartbeat_ttl <= 0 or cleanup_batch < 1:
-            raise ConfigurationError("timeout, heartbeat_ttl and cleanup_batch must be > 0")
+        if timeout <= 0 or heartbeat_ttl <= 0 or cleanup_batch < 1 or max_wait < 0:
+            raise ConfigurationError(
+                "timeout, heartbeat_ttl and cleanup_batch must be > 0, max_wait >= 0"
+            )
         if eviction_chunk is not None and eviction_chunk < 1:
             raise ConfigurationError("eviction_chunk must be >= 1 or None")
         self._eviction_chunk = eviction_chunk
@@ -118,7 +123,6 @@ class RedisStorage(Storage):
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(text) for name, text in self._sources.items()
         }
-        self._local = LocalRequests()
         self._health = Health(self, "Redis")
         subscription: Subscription
         concurrency: int | None = None  # a blocking pool queues a burst by itself
@@ -128,18 +132,34 @@ class RedisStorage(Storage):
         else:
             subscription = ChannelSubscription(client)
         self._home = HomeLoop(timeout, self._on_call, self._health, concurrency)
+        # For this long after a worker saw Redis fail (or found the table lost), Redis
+        # refuses cancellations of ids it does not see in flight (503, never a 202 that
+        # does nothing): a worker may not have re-sent its tracks yet. Long enough for
+        # every worker's retry, whose backoff waits at most reconnect_backoff[1].
+        self._grace = max(1.0, 2 * reconnect_backoff[1])
+        self._journal = Journal(
+            home=self._home,
+            run_script=self._script,
+            resync=self.resync,
+            heartbeat_ms=str(max(1, int(heartbeat_ttl * 1000))),
+            # Past a loss or an outage, cancellations of ids not in flight are refused
+            # until every worker has had its retry (the backoff's longest wait) twice.
+            grace_ms=str(int(1000 * self._grace)),
+            recovering=self._recovering,
+            refused=self._refused,
+            wait=max_wait,
+            backoff=reconnect_backoff,
+        )
+        self._journal.worker = uuid.uuid4().hex[:12]
         self._push = Push(
             client=client,
             subscription=subscription,
             home=self._home,
             prefix=self._prefix,
-            local=self._local,
-            run_script=self._script,
-            resync=self.resync,
+            journal=self._journal,
             heartbeat_ttl=heartbeat_ttl,
             backoff=reconnect_backoff,
         )
-        self._push.worker = uuid.uuid4().hex[:12]
 
     @classmethod
     def from_url(
@@ -158,6 +178,7 @@ class RedisStorage(Storage):
         identity: str | None = None,
         eviction_chunk: int | None = DEFAULT_EVICTION_CHUNK,
         cluster: bool | None = None,
+        max_wait: float = DEFAULT_MAX_WAIT,
         **client_kwargs: Any,
     ) -> Self:
         """Connect to ``redis://`` / ``rediss://`` / ``unix://`` *url*, or to a Redis
@@ -183,6 +204,7 @@ class RedisStorage(Storage):
             "close_client": True,
             "identity": identity,
             "eviction_chunk": eviction_chunk,
+            "max_wait": max_wait,
         }
         client, concurrency = client_from_url(
             url,
@@ -221,7 +243,7 @@ class RedisStorage(Storage):
     @property
     def worker_id(self) -> str:
         """This worker's id in Redis (the registry's instance id once bound)."""
-        return self._push.worker
+        return self._journal.worker
 
     @property
     def subscribed(self) -> bool:
@@ -231,7 +253,7 @@ class RedisStorage(Storage):
     def bind(self, instance_id: str) -> None:
         """Name this worker after the registry's instance id (first registry wins)."""
         if not self._bound and not self._used:
-            self._push.worker = instance_id
+            self._journal.worker = instance_id
         self._bound = True
 
     def key(self, *parts: str) -> bytes:
@@ -276,8 +298,11 @@ class RedisStorage(Storage):
         limits: Limits,
         require_in_flight: bool = False,
     ) -> AddResult:
+        # A request in flight here is in flight, whether or not its track has reached
+        # Redis yet: record its cancellation (the track then finds it pending and binds it).
+        here = require_in_flight and self._journal.holds(scope, key)
         args = [
-            *add_arguments(scope, key, reason, limits, require_in_flight),
+            *add_arguments(scope, key, reason, limits, require_in_flight and not here),
             self.worker_id,
             "" if self._eviction_chunk is None else str(self._eviction_chunk),
         ]
@@ -286,19 +311,46 @@ class RedisStorage(Storage):
         owed: bytes | str = ""
         partial: bytes | str = ""
         while True:  # more than one call only while a large eviction batch is under way
-            reply = await self._run("ADD", *args, owed, partial, shadow)
+            reply = await self._run(
+                "ADD",
+                *args,
+                owed,
+                partial,
+                shadow,
+                self._journal.epoch,
+                self._journal.grace_ms,
+                "1" if self._recovering() else "0",
+            )
             outcome = text(reply[0])
             collect_evicted(evicted, reply)
             if outcome != "evicting":
                 break
             owed, partial = str(int(reply[2])), to_bytes(reply[3])
+        if outcome == "behind":
+            # The table was lost, or Redis is just back: a worker may not have re-tracked
+            # its requests yet, so "not in flight" cannot be told. The client may retry.
+            self._home.soon(self._journal.want_resync)
+            raise StorageUnavailable("Redis is resynchronising the table; retry shortly")
         if outcome in ("recorded", "updated"):
-            for token in self._local.tokens(scope, key):
+            for token in self._journal.tokens(scope, key):
                 token.set_cancelled(reason)
         over = outcome == "recorded" and bool(int(reply[4]))
         return AddResult(outcome, tuple(evicted), over)  # type: ignore[arg-type]
 
+    async def _refused(self) -> None:
+        """Tell every worker that Redis refuses this worker's writes: their Redis then
+        refuses cancellations of ids it does not see in flight (see ``_grace``)."""
+        channel = self._prefix + b"resync"
+        publish = self._redis.spublish if self.cluster else self._redis.publish
+        with contextlib.suppress(StorageUnavailable):
+            await self._home.call(lambda: publish(channel, BEHIND), "heartbeat")
+
+    def _recovering(self) -> bool:
+        """Whether a call of this storage failed within the grace period."""
+        return self._health.failed_within(self._grace)
+
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
+        await self._settle()
         value = await self._home.call(
             lambda: self._redis.hget(self._prefix + b"reasons", member(scope, key)), "get"
         )
@@ -307,84 +359,29 @@ class RedisStorage(Storage):
     async def remove(self, scope: str, key: str) -> bool:
         return bool(await self._run("REMOVE", to_bytes(scope), to_bytes(key)))
 
+    async def _settle(self) -> None:
+        """Let this worker's queued writes reach Redis first (bounded): a read then sees
+        them."""
+        await self._home.at_home(functools.partial(self._journal.settle, self.timeout))
+
     # -- in-flight rows ----------------------------------------------------------------
 
     async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
-        # Register locally first: a pushed message or a resync may flip it from now on,
-        # and if Redis is down the next resync re-tracks it remotely.
-        row = (scope, key, owner)
-        self._local.track(row, token)
-        try:
-            value, created = await self._run(
-                "TRACK",
-                to_bytes(scope),
-                to_bytes(key),
-                to_bytes(owner),
-                self.worker_id,
-                self._push.heartbeat_ms,
-            )
-        except StorageUnavailable:
-            raise  # still tracked locally: the next resync tracks it in Redis
-        except BaseException:
-            # Cancelled (or failed) midway: the caller treats the request as never tracked,
-            # so drop it here and have the next resync or cleanup untrack it in Redis.
-            self._local.forget(row)
-            self._local.orphan([row])
-            raise
-        if value is not None:
-            token.set_cancelled(decode_reason(value))
-        if int(created) and self._local.holds_others(scope, key):
-            # The heartbeat had lapsed, so another worker's cleanup may have swept this
-            # worker's other rows; the heartbeat task would no longer see it missing.
-            self._push.want_resync()
+        """Hold *token* here (pushed cancellations flip it from now on) and track it in
+        Redis, waiting at most ``max_wait``: past it the track is sent when Redis answers."""
+        await self._home.at_home(functools.partial(self._journal.track, (scope, key, owner), token))
 
     async def untrack(self, scope: str, key: str, owner: str) -> None:
-        row = (scope, key, owner)
-        try:
-            resync = self._local.forget_unless_held(row)
-            if resync is not None:
-                await self._after_resync(row, resync)
-            await self._run("UNTRACK", to_bytes(scope), to_bytes(key), to_bytes(owner))
-        except BaseException:  # unavailable, or cancelled midway: release it later
-            self._local.forget(row)
-            self._local.orphan([row])
-            raise
+        await self._home.at_home(functools.partial(self._journal.finish, (scope, key, owner), "U"))
 
     async def finish(self, scope: str, key: str, owner: str) -> None:
-        """Untrack *owner* and remove the cancellation row in one round trip.
-
-        Runs to completion (bounded by the timeout) even if the calling task is cancelled
-        meanwhile; the cancellation is re-raised afterwards.
-        """
-        row = (scope, key, owner)
-        resync = self._local.forget_unless_held(row)
-
-        async def run() -> None:
-            if resync is not None:
-                await self._after_resync(row, resync)
-            try:
-                await self._run("FINISH", to_bytes(scope), to_bytes(key), to_bytes(owner))
-            except StorageUnavailable:
-                # Owe both halves: left in place, the cancellation row would start the
-                # next request with this id cancelled (clients reuse ids) until its TTL.
-                self._local.orphan([row])
-                self._local.owe_clear(scope, key)
-                raise
-
-        await self._home.to_completion(run)
-
-    async def _after_resync(self, row: Row, resync: concurrent.futures.Future[None] | None) -> None:
-        """Forget *row* once no running resync holds it (*resync*: the one that did): its
-        script re-tracks the rows it began with, so this row's release must reach Redis
-        after it. A resync's script is bounded by the storage's timeout."""
-        while resync is not None:
-            # (No scope in the line: a session id is a secret.)
-            logger.debug("an in-flight row's release waits for the resync under way")
-            # Shielded: a cancelled waiter must not cancel the resync's future for the others.
-            await asyncio.shield(asyncio.wrap_future(resync))
-            resync = self._local.forget_unless_held(row)
+        """Untrack *owner* and remove the cancellation row in one write, waiting at most
+        ``max_wait``; the write reaches Redis even if Redis answers later, or the calling
+        task is cancelled."""
+        await self._home.at_home(functools.partial(self._journal.finish, (scope, key, owner), "F"))
 
     async def is_tracked(self, scope: str, key: str) -> bool:
+        await self._settle()
         flight = self._prefix + b"f:" + member(scope, key)
         return bool(await self._home.call(lambda: self._redis.exists(flight), "is_tracked"))
 
@@ -395,33 +392,22 @@ class RedisStorage(Storage):
         return await self._home.at_home(functools.partial(self._cleanup, ttl, dead))
 
     async def _cleanup(self, ttl: float | None, dead: set[str]) -> tuple[int, int]:
-        async with self._push.maintenance():
-            swept = self._local.sweep(dead)
-            # Rows an earlier untrack or finish failed to release go along.
-            release: list[Row] = sorted({*swept, *self._local.orphans()})
-            ttl_arg = "" if ttl is None else str(max(0, int(ttl * 1_000_000)))
-            args: list[bytes | str | int] = []
-            for scope, key, owner in release:
-                args += [to_bytes(scope), to_bytes(key), to_bytes(owner)]
-            removed = in_flight_removed = 0
-            while True:
-                # The first pass also untracks; later ones only continue the TTL sweep.
-                call = [self.worker_id, ttl_arg, str(self._cleanup_batch), *args]
-                try:
-                    reply = await self._run("CLEANUP", *call)
-                except BaseException:  # unavailable, or cancelled midway
-                    if args:
-                        self._local.orphan(swept)  # released by a later pass
-                    raise
-                if args:
-                    self._local.released(release)
-                    args = []
-                removed += int(reply[0])
-                in_flight_removed += int(reply[1])
-                if not int(reply[2]):
-                    return removed, in_flight_removed
+        # This worker's dead owners: forgotten here, released through the journal (their
+        # cancellation rows go with them unless another owner is still in flight).
+        in_flight_removed = len(self._journal.sweep(dead))
+        await self._journal.settle(self.timeout)
+        ttl_arg = "" if ttl is None else str(max(0, int(ttl * 1_000_000)))
+        removed = 0
+        while True:
+            reply = await self._run("CLEANUP", self.worker_id, ttl_arg, str(self._cleanup_batch))
+            removed += int(reply[0])
+            in_flight_removed += int(reply[1])
+            if not int(reply[2]):
+                return removed, in_flight_removed
 
     async def stats(self) -> StorageStats:
+        await self._settle()
+
         async def read() -> tuple[Any, Any]:
             pipe = self._redis.pipeline(transaction=False)
             pipe.zrange(self._prefix + b"scopes", 0, -1, withscores=True)
@@ -459,10 +445,12 @@ class RedisStorage(Storage):
     # -- push ----------------------------------------------------------------------------
 
     async def resync(self) -> int:
-        """Re-track this worker's in-flight rows in Redis and flip the tokens of those
-        cancelled meanwhile (one round trip); release rows owed to Redis. Returns the
-        number of tokens flipped. Runs by itself after every (re)subscription."""
-        return await self._push.resync()
+        """Re-track this worker's in-flight rows in Redis, flip the tokens of those
+        cancelled meanwhile and release the rows Redis holds for this worker beyond them
+        (one round trip, with the writes still queued). Returns the number of tokens
+        flipped. Runs by itself after every (re)subscription, when the table was lost
+        and when this worker's heartbeat lapsed."""
+        return await self._home.at_home(self._journal.resync)
 
     async def aclose(self) -> None:
         """Stop the listener and heartbeat and close the client if this storage made it.
@@ -471,9 +459,9 @@ class RedisStorage(Storage):
         """
         if self._home.closed:
             return
+        await self._journal.close(self.timeout)
         self._home.closed = True
         await self._push.stop()
-        await self._home.drain()
         if self._close_client:
             with contextlib.suppress(Exception):  # a client that is already gone
                 await self._redis.aclose()

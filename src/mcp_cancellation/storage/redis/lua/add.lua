@@ -2,7 +2,11 @@
 -- none), cap ("" for none), eviction batch, this worker's id, the most rows this call may
 -- evict ("" for no bound), rows of a batch an earlier call left owed ("" for none) and the
 -- scope it was part-way through ("" for none), shadow quota ("1": record past the quota
--- and say so, "" or "0": refuse).
+-- and say so, "" or "0": refuse), the table's epoch as this worker knows it ("" for none)
+-- the grace of a lost table (ms), and recovering ("1": this worker saw Redis fail within
+-- the grace period, so `P lost` marks it too).
+-- A row is bound to the owners in flight (each gets its mark in P f:<m>), or pending
+-- ('*' before its reason) when none is: see track() in the prelude.
 -- Returns {outcome, one-row scopes evicted, rows still owed, scope part-way, over quota
 -- (1 or 0), the other evictions}. Outcome ``evicting`` means the call spent its eviction
 -- budget before the batch was done and wrote nothing else: the caller calls again with
@@ -11,6 +15,8 @@
 -- netstrings, so that a batch of thousands of scopes is two reply elements: the other
 -- evictions as (scope, count) pairs in eviction order, then the scopes evicted whole with
 -- one row each (an address-rotation flood), which come after them, as scopes alone.
+-- Outcome ``behind``: the table was lost (or this worker's epoch is old) and workers may
+-- not have re-tracked their requests yet; nothing was written.
 local scope, key, renc = ARGV[2], ARGV[3], ARGV[4]
 local m = member(scope, key)
 local fk = flight_key(m)
@@ -22,13 +28,21 @@ local function done(outcome)
   result[6] = table.concat(evicted)
   return result
 end
+local _, lost = check_epoch(ARGV[14] or '', ARGV[15] or '1000')
+if lost == 1 then return done('behind') end
+if ARGV[16] == '1' then redis.call('SET', LOST, '1', 'PX', ARGV[15]) end
 if owed > 0 then
   owed, budget, partial = evict(owed, budget, partial, evicted, singles)
   if owed > 0 then return done('evicting') end
 end
-if ARGV[5] == '1' and redis.call('EXISTS', fk) == 0 then return done('not_in_flight') end
+local in_flight = redis.call('EXISTS', fk) == 1
+if ARGV[5] == '1' and not in_flight then
+  if redis.call('EXISTS', LOST) == 1 then return done('behind') end
+  return done('not_in_flight')
+end
+local stored = in_flight and renc or ('*' .. renc)
 if redis.call('HEXISTS', REASONS, m) == 1 then
-  redis.call('HSET', REASONS, m, renc)
+  redis.call('HSET', REASONS, m, stored)
   result[1] = 'updated'
 else
   local count = count_of(scope)
@@ -46,7 +60,7 @@ else
   count_kind(scope, 1)
   redis.call('ZADD', rows_key(scope), age, key)
   redis.call('ZADD', AGES, age, m)
-  redis.call('HSET', REASONS, m, renc)
+  redis.call('HSET', REASONS, m, stored)
   relevel(scope, count)
 end
 result[2], result[6] = table.concat(singles), table.concat(evicted)
@@ -54,9 +68,14 @@ result[2], result[6] = table.concat(singles), table.concat(evicted)
 local owners = redis.call('HGETALL', fk)
 local by_worker = {}
 local workers = {}
+local marks = {}
 for i = 1, #owners, 2 do
   local w = owners[i + 1]
-  if w ~= ARGV[9] then
+  if string.byte(owners[i], 1) ~= 33 then  -- an owner, not a mark ('!')
+    marks[#marks + 1] = '!' .. owners[i]
+    marks[#marks + 1] = renc
+  end
+  if w ~= ARGV[9] and string.byte(owners[i], 1) ~= 33 then
     local msg = by_worker[w]
     if msg == nil then
       msg = {netstring(scope), netstring(key), netstring(renc)}
@@ -66,6 +85,7 @@ for i = 1, #owners, 2 do
     msg[#msg + 1] = netstring(owners[i])
   end
 end
+if #marks > 0 then redis.call('HSET', fk, unpack(marks)) end
 for _, w in ipairs(workers) do
   redis.call('PUBLISH', P .. 'c:' .. w, table.concat(by_worker[w]))
 end

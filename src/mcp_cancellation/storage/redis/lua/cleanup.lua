@@ -1,22 +1,15 @@
--- ARGV: prefix, this worker, TTL in microseconds ("" for none), batch limit, then
--- (scope, key, owner) triples of dead owners to untrack.
+-- ARGV: prefix, this worker, TTL in microseconds ("" for none), batch limit.
 -- Returns {removed, in_flight_removed, more} (more = 1 if the TTL sweep hit the limit).
 local removed, in_flight_removed, more = 0, 0, 0
-local i = 5
-while i <= #ARGV do
-  in_flight_removed = in_flight_removed + untrack(ARGV[i], ARGV[i + 1], ARGV[i + 2])
-  i = i + 3
-end
--- In-flight rows of other workers whose heartbeat expired (killed, or cut off too long).
+-- In-flight rows of other workers whose heartbeat expired (killed, or cut off too long),
+-- and the cancellation rows bound to them alone.
 for _, other in ipairs(redis.call('SMEMBERS', WORKERS)) do
   if other ~= ARGV[2] and redis.call('EXISTS', hb_key(other)) == 0 then
     for _, entry in ipairs(redis.call('SMEMBERS', worker_key(other))) do
       local m, owner = split(entry)
-      local scope = split(m)
-      if redis.call('HDEL', flight_key(m), owner) == 1 then
-        in_flight_removed = in_flight_removed + 1
-        if redis.call('HINCRBY', FS, scope, -1) <= 0 then redis.call('HDEL', FS, scope) end
-      end
+      local scope, key = split(m)
+      in_flight_removed = in_flight_removed + untrack_member(m, scope, owner)
+      release_row(scope, key)
     end
     redis.call('DEL', worker_key(other))
     redis.call('SREM', WORKERS, other)

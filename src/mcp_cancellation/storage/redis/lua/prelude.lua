@@ -7,6 +7,8 @@ local SCOPES = P .. 'scopes'
 local FS = P .. 'fs'
 local WORKERS = P .. 'workers'
 local KINDS = P .. 'kinds'
+local EPOCH = P .. 'epoch'
+local LOST = P .. 'lost'
 local function rows_key(scope) return P .. 's:' .. scope end
 local function level_key(n) return P .. 'l:' .. string.format('%d', n) end
 local function flight_key(m) return P .. 'f:' .. m end
@@ -221,21 +223,54 @@ local function next_age()
   redis.call('SET', P .. 'clock', string.format('%.0f', now))
   return string.format('%.0f', now)
 end
+-- The table's epoch: a value written once, when the table is first used, and gone with a
+-- flush, a restart without persistence or a failover to an empty replica. `known` is the
+-- epoch the caller last synchronised with ('' if none). Returns the epoch and 1 when the
+-- caller knew another one: the table it wrote to is lost, so `P lost` marks the next
+-- `grace_ms` milliseconds (cancellations of ids not in flight are refused: a worker may
+-- not have re-tracked its requests yet) and every worker is told to resynchronise.
+local function check_epoch(known, grace_ms)
+  local e = redis.call('GET', EPOCH)
+  if not e then
+    local t = redis.call('TIME')
+    e = t[1] .. '.' .. t[2]
+    redis.call('SET', EPOCH, e)
+  end
+  if known ~= '' and known ~= e then
+    redis.call('SET', LOST, '1', 'PX', grace_ms)
+    redis.call('PUBLISH', P .. 'resync', e)
+    return e, 1
+  end
+  return e, 0
+end
+-- Cancellation rows are bound to the owners in flight when they were recorded (the mark
+-- `!<owner>` in their request's P f:<m>), or pending ('*' before the encoded reason)
+-- when nothing was in flight: a library's cancel() of a request that has not started.
+-- A pending row is claimed by the next owner tracked, and only by it.
 local function track(scope, key, owner, w)
   local m = member(scope, key)
-  if redis.call('HSET', flight_key(m), owner, w) == 1 then
+  local fk = flight_key(m)
+  if redis.call('HSET', fk, owner, w) == 1 then
     redis.call('HINCRBY', FS, scope, 1)
     redis.call('SADD', worker_key(w), netstring(m) .. owner)
     redis.call('SADD', WORKERS, w)
   end
-  return m
+  local v = redis.call('HGET', REASONS, m)
+  if v and string.byte(v, 1) == 42 then  -- '*': pending, claimed by this owner
+    v = string.sub(v, 2)
+    redis.call('HSET', REASONS, m, v)
+    redis.call('HSET', fk, '!' .. owner, v)
+    return v
+  end
+  return nil
 end
--- Remove one in-flight row given its member and owner; returns 1 if it existed.
+-- Remove one in-flight row (and its cancellation mark) given its member and owner;
+-- returns 1 if it existed.
 local function untrack_member(m, scope, owner)
   local fk = flight_key(m)
   local w = redis.call('HGET', fk, owner)
   if not w then return 0 end
-  redis.call('HDEL', fk, owner)
+  redis.call('HDEL', fk, owner, '!' .. owner)
   if redis.call('HINCRBY', FS, scope, -1) <= 0 then redis.call('HDEL', FS, scope) end
   local wk = worker_key(w)
   redis.call('SREM', wk, netstring(m) .. owner)
@@ -244,4 +279,13 @@ local function untrack_member(m, scope, owner)
 end
 local function untrack(scope, key, owner)
   return untrack_member(member(scope, key), scope, owner)
+end
+-- Remove the cancellation row of (scope, key) if it is bound and no owner is left in
+-- flight (a dead owner's, or one a lost write left behind); returns 1 if removed.
+local function release_row(scope, key)
+  local m = member(scope, key)
+  if redis.call('EXISTS', flight_key(m)) == 1 then return 0 end
+  local v = redis.call('HGET', REASONS, m)
+  if not v or string.byte(v, 1) == 42 then return 0 end
+  return remove_row(scope, key)
 end

@@ -1,0 +1,334 @@
+"""This worker's in-flight requests and the writes it owes Redis (private).
+
+Every track and release is put in a queue that one background task sends to Redis, all
+those of the same moment in one ``SYNC`` script call (one round trip, however many
+requests start or end together). A request waits for its own write at most ``wait``
+seconds: a Redis that stalls or refuses never holds a call longer, and the call runs
+cancellable in this worker meanwhile. A write that fails stays queued, in order, and is
+sent again with backoff until Redis takes it; every write is idempotent, so a batch that
+failed half-way is simply sent again.
+
+A *resync* sends this worker's whole state instead: a track of every request it has in
+flight (Redis answers which of them were cancelled meanwhile), the queued releases, and a
+release of every in-flight row Redis holds for this worker beyond those (a write lost
+with the table, or rows a failover brought back). It runs after every (re)subscription,
+when the heartbeat was found missing, when the table's epoch changed (the table was lost)
+and when another worker found it lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..._extras import requires
+from ...errors import StorageUnavailable
+from .._in_flight import InFlightTokens, Row
+from ._codec import decode_reason, text, to_bytes
+from ._home import HomeLoop
+
+with requires("redis", "RedisStorage"):
+    from redis.exceptions import ResponseError
+
+if TYPE_CHECKING:
+    from ...token import RequestToken
+
+__all__ = ["Journal"]
+
+logger = logging.getLogger("mcp_cancellation.redis")
+
+#: Operations one ``SYNC`` call carries at most (a few milliseconds of Redis time).
+BATCH = 256
+
+RunScript = Callable[..., Awaitable[Any]]
+
+
+class _Write:
+    """One queued write: ``T`` track, ``U`` untrack, ``R`` release (a dead owner's: the
+    row goes if no owner is left), ``F`` finish (untrack and clear)."""
+
+    __slots__ = ("done", "op", "row", "token")
+
+    def __init__(self, op: str, row: Row, token: RequestToken | None = None) -> None:
+        self.op = op
+        self.row = row
+        self.token = token
+        self.done: asyncio.Future[None] | None = None
+
+
+class Journal:
+    """The tokens this worker flips and the queue of writes it owes Redis (see the module
+    docstring). The token table is safe from any thread; the queue lives on the home loop."""
+
+    def __init__(
+        self,
+        *,
+        home: HomeLoop,
+        run_script: RunScript,
+        resync: Callable[[], Awaitable[int]],
+        heartbeat_ms: str,
+        grace_ms: str,
+        recovering: Callable[[], bool],
+        refused: Callable[[], Awaitable[None]],
+        wait: float,
+        backoff: tuple[float, float],
+    ) -> None:
+        self.worker = ""  # set by the storage before the first call
+        self._home = home
+        self._run_script = run_script
+        self._resync_entry = resync  # the storage's public resync(), which calls resync()
+        self._heartbeat_ms = heartbeat_ms
+        self.grace_ms = grace_ms
+        self._recovering = recovering
+        self._refused = refused
+        self.wait = wait
+        self._backoff = backoff
+        self._lock = threading.Lock()
+        self._tokens = InFlightTokens()
+        self._queue: list[_Write] = []
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._quiet: asyncio.Event | None = None
+        self._resync_wanted = False
+        self._resync_waiters: list[asyncio.Future[int]] = []
+        self._beat = False
+        #: The table's epoch as this worker last synchronised with it ('' before).
+        self.epoch = ""
+        #: Whether the last call failed: writes are owed that Redis refused or did not
+        #: answer.
+        self.behind = False
+
+    # -- the token table ---------------------------------------------------------------
+
+    def tokens(
+        self, scope: str, key: str, only: Collection[str] | None = None
+    ) -> list[RequestToken]:
+        with self._lock:
+            return self._tokens.tokens(scope, key, only)
+
+    def holds(self, scope: str, key: str) -> bool:
+        """Whether a request of ``(scope, key)`` is in flight in this worker."""
+        with self._lock:
+            return (scope, key) in self._tokens
+
+    def sweep(self, dead: Collection[str]) -> list[Row]:
+        """Forget the rows of *dead* owners and queue their release; the rows."""
+        with self._lock:
+            rows = self._tokens.sweep(dead)
+        for row in rows:
+            self._put(_Write("R", row))
+        return rows
+
+    # -- writes --------------------------------------------------------------------------
+
+    async def track(self, row: Row, token: RequestToken) -> None:
+        """Hold *token* here and queue its track; wait for it at most :attr:`wait`."""
+        with self._lock:
+            self._tokens.add(*row, token)
+        write = _Write("T", row, token)
+        self._put(write)
+        try:
+            await self._wait(write)
+        except BaseException:  # cancelled while waiting: the request never started
+            self.release(row, "U")
+            raise
+
+    def release(self, row: Row, op: str) -> _Write:
+        """Forget *row* here and queue its release (``U``, ``R`` or ``F``)."""
+        with self._lock:
+            self._tokens.discard(*row)
+        write = _Write(op, row)
+        self._put(write)
+        return write
+
+    async def finish(self, row: Row, op: str) -> None:
+        """:meth:`release`, waiting for Redis at most :attr:`wait` (a cancelled wait
+        leaves the write queued: it reaches Redis all the same)."""
+        await self._wait(self.release(row, op))
+
+    async def _wait(self, write: _Write) -> None:
+        if write.done is None:
+            write.done = asyncio.get_running_loop().create_future()
+        try:
+            async with asyncio.timeout(self.wait):
+                await asyncio.shield(write.done)
+        except TimeoutError:
+            pass  # still queued: sent when Redis answers
+
+    def _put(self, write: _Write) -> None:
+        self._queue.append(write)
+        self._kick()
+
+    def _kick(self) -> None:
+        if self._wake is None:
+            self._start()
+        assert self._wake is not None
+        assert self._quiet is not None
+        self._quiet.clear()
+        self._wake.set()
+
+    def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._quiet = asyncio.Event()
+        name = f"mcp-cancellation-redis-sync-{self.worker}"
+        self._task = loop.create_task(self._run(), name=name)
+
+    def want_resync(self) -> None:
+        """Ask for a resync (on the home loop)."""
+        self._resync_wanted = True
+        self._kick()
+
+    def heartbeat(self) -> None:
+        """Refresh the heartbeat (and check the epoch) with the next call, an empty one
+        when nothing else is queued (on the home loop)."""
+        self._beat = True
+        self._kick()
+
+    async def settle(self, within: float) -> None:
+        """Wait until the queue is sent, or Redis failed it, for at most *within* seconds:
+        a read of this worker then sees its own writes."""
+        if self._quiet is None or self._quiet.is_set():
+            return
+        try:
+            async with asyncio.timeout(within):
+                await self._quiet.wait()
+        except TimeoutError:
+            pass
+
+    async def resync(self) -> int:
+        """Run a resync now (from the background task) or have it run and wait for it;
+        returns the tokens it flipped. Raises ``StorageUnavailable`` if it failed."""
+        if self._task is not None and asyncio.current_task() is self._task:
+            return await self._resync()
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._resync_waiters.append(waiter)
+        self.want_resync()
+        return await waiter
+
+    async def close(self, within: float) -> None:
+        """Send what is queued (for at most *within* seconds), then stop the task."""
+        await self.settle(within)
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])
+        for waiter in self._resync_waiters:
+            if not waiter.done():
+                waiter.set_exception(StorageUnavailable("the Redis storage is closed"))
+        self._resync_waiters.clear()
+
+    # -- the background task -------------------------------------------------------------
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        assert self._quiet is not None
+        loop = asyncio.get_running_loop()
+        delay = self._backoff[0]
+        while not self._home.closed:
+            if not (self._queue or self._resync_wanted or self._beat):
+                self._quiet.set()
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            # The backoff counts from the start of an attempt: after a call that waited
+            # out its timeout (a stall) the next one goes at once, so a write is always
+            # waiting in Redis when it answers again.
+            started = loop.time()
+            try:
+                if self._resync_wanted:
+                    await self._resync_entry()
+                else:
+                    await self._flush()
+            except Exception as exc:  # never die: every later write depends on this task
+                if not isinstance(exc, StorageUnavailable):
+                    logger.exception("sending this worker's in-flight rows to Redis failed")
+                elif isinstance(exc.__cause__, ResponseError):
+                    await self._refused()  # Redis answers, and refuses: tell the others
+                self.behind = True
+                self._quiet.set()  # a reader goes on: Redis will fail it too, or answer
+                await asyncio.sleep(max(0.0, started + delay - loop.time()))
+                delay = min(delay * 2, self._backoff[1])
+                continue
+            delay = self._backoff[0]
+            self.behind = False
+
+    async def _flush(self) -> None:
+        self._beat = False
+        batch = self._queue[:BATCH]
+        op = "heartbeat" if not batch else "track" if batch[0].op == "T" else "finish"
+        reply = await self._send(batch, full=False, operation=op)
+        del self._queue[: len(batch)]
+        reasons = iter(reply[3:-1])
+        for write in batch:
+            if write.op == "T":
+                value = next(reasons)
+                if value is not None and write.token is not None:
+                    write.token.set_cancelled(decode_reason(value))
+            if write.done is not None and not write.done.done():
+                write.done.set_result(None)
+        if int(reply[1]) or int(reply[2]):
+            # The table this worker knew is gone, or its heartbeat lapsed (another
+            # worker's cleanup may have swept its rows): put everything back.
+            self._resync_wanted = True
+
+    async def _resync(self) -> int:
+        self._resync_wanted = False
+        self._beat = False
+        with self._lock:
+            snapshot = list(self._tokens.rows())
+        queued = list(self._queue)
+        writes = [_Write("T", (s, k, o), token) for s, k, o, token in snapshot]
+        writes += [w for w in queued if w.op != "T"]  # tracks: in the snapshot if still held
+        try:
+            reply = await self._send(writes, full=True, operation="resync")
+        except BaseException as exc:
+            self._resync_wanted = True
+            if isinstance(exc, StorageUnavailable):
+                self._fail_resync_waiters(exc)
+            raise
+        sent = {id(w) for w in queued}
+        self._queue = [w for w in self._queue if id(w) not in sent]
+        for write in queued:
+            if write.done is not None and not write.done.done():
+                write.done.set_result(None)
+        self.epoch = text(reply[0])
+        flipped = 0
+        for (_, _, _, token), value in zip(snapshot, reply[3:-1], strict=True):
+            if value is not None and not token.cancelled:
+                token.set_cancelled(decode_reason(value))
+                flipped += 1
+        stale = int(reply[-1])
+        if stale:
+            logger.info("released %d in-flight row(s) Redis held for this worker", stale)
+        waiters, self._resync_waiters = self._resync_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(flipped)
+        return flipped
+
+    def _fail_resync_waiters(self, error: StorageUnavailable) -> None:
+        waiters, self._resync_waiters = self._resync_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(error)
+
+    async def _send(self, writes: Sequence[_Write], *, full: bool, operation: str) -> Any:
+        args: list[bytes | str] = [
+            self.worker,
+            self._heartbeat_ms,
+            self.epoch,
+            self.grace_ms,
+            "1" if full else "0",
+            "1" if self._recovering() else "0",
+        ]
+        for write in writes:
+            scope, key, owner = write.row
+            args += [write.op, to_bytes(scope), to_bytes(key), to_bytes(owner)]
+        reply = await self._home.call(lambda: self._run_script("SYNC", *args), operation)
+        if not self.epoch:
+            self.epoch = text(reply[0])
+        return reply

@@ -1,0 +1,54 @@
+-- ARGV: prefix, worker, heartbeat TTL (ms), the epoch the worker knows ('' for none), the
+-- grace of a lost table (ms), full ('1': a resync, '0': a batch), recovering ('1': the
+-- worker's earlier calls failed, so `P lost` marks the grace period too), then operations as
+-- (op, scope, key, owner) quads, in order: 'T' track, 'U' untrack, 'R' release (untrack,
+-- and remove the row if it is bound and no owner is left: a dead owner's), 'F' finish
+-- (untrack and remove the row).
+-- A resync ('1') sends a 'T' for every request the worker has in flight, and its in-flight
+-- rows that Redis holds beyond those (a lost write's, or rows a failover brought back)
+-- are released.
+-- Refreshes the worker's heartbeat. Returns {epoch, 1 if the table the worker knew is
+-- lost, 1 if the heartbeat was missing, then one reason (or nil) per 'T': the pending
+-- row it claimed, or on a resync the cancellation of that owner; then the number of rows
+-- released as stale}.
+local w = ARGV[2]
+local beat = redis.call('SET', hb_key(w), '1', 'PX', ARGV[3], 'GET')
+local epoch, lost = check_epoch(ARGV[4], ARGV[5])
+local full = ARGV[6] == '1'
+if ARGV[7] == '1' then redis.call('SET', LOST, '1', 'PX', ARGV[5]) end
+local out = {epoch, lost, beat and 0 or 1}
+local keep = {}
+for i = 8, #ARGV, 4 do
+  local op, scope, key, owner = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  if op == 'T' then
+    local v = track(scope, key, owner, w)
+    if full then
+      local m = member(scope, key)
+      keep[netstring(m) .. owner] = true
+      v = v or redis.call('HGET', flight_key(m), '!' .. owner)
+    end
+    out[#out + 1] = v or false
+  elseif op == 'U' then
+    untrack(scope, key, owner)
+  elseif op == 'R' then
+    untrack(scope, key, owner)
+    release_row(scope, key)
+  else
+    untrack(scope, key, owner)
+    remove_row(scope, key)
+  end
+end
+local stale = 0
+if full then
+  for _, entry in ipairs(redis.call('SMEMBERS', worker_key(w))) do
+    if not keep[entry] then
+      local m, owner = split(entry)
+      local scope, key = split(m)
+      untrack_member(m, scope, owner)
+      release_row(scope, key)
+      stale = stale + 1
+    end
+  end
+end
+out[#out + 1] = stale
+return out
