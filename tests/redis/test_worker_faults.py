@@ -256,3 +256,9 @@ async def test_an_id_reused_right_after_its_cancellation_starts_uncancelled(
         await cancel_until_it_stops(http, canceller, 7, call, f"round {round_}")
         # The client's next call reuses the id at once.
         assert completed(await http.post(tool_worker.url, json=call_body(7, 0)), 0)
+        # (The next round's wait for its call's row must not see this one's.)
+        await async_wait_until(lambda: _untracked(observer, 7), within=10)
+
+
+async def _untracked(observer: RedisStorage, request_id: int) -> bool:
+    return not await tracked(observer, request_id)

@@ -89,6 +89,8 @@ class Journal:
         self._lock = threading.Lock()
         self._tokens = InFlightTokens()
         self._queue: list[_Write] = []
+        # Rows whose track Redis has not taken yet: in flight here, unknown there.
+        self._unsent: set[Row] = set()
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._quiet: asyncio.Event | None = None
@@ -109,6 +111,14 @@ class Journal:
         with self._lock:
             return self._tokens.tokens(scope, key, only)
 
+    def pushed(self, scope: str, key: str, owners: Collection[str]) -> list[RequestToken]:
+        """The tokens a pushed cancellation of *owners* reaches: theirs, and those of this
+        worker's requests of ``(scope, key)`` whose track Redis has not taken yet (in
+        flight when the cancellation was recorded, which Redis could not know)."""
+        with self._lock:
+            unsent = {o for s, k, o in self._unsent if s == scope and k == key}
+            return self._tokens.tokens(scope, key, {*owners, *unsent})
+
     def holds(self, scope: str, key: str) -> bool:
         """Whether a request of ``(scope, key)`` is in flight in this worker."""
         with self._lock:
@@ -128,6 +138,7 @@ class Journal:
         """Hold *token* here and queue its track; wait for it at most :attr:`wait`."""
         with self._lock:
             self._tokens.add(*row, token)
+            self._unsent.add(row)
         write = _Write("T", row, token)
         self._put(write)
         try:
@@ -140,6 +151,7 @@ class Journal:
         """Forget *row* here and queue its release (``U``, ``R`` or ``F``)."""
         with self._lock:
             self._tokens.discard(*row)
+            self._unsent.discard(row)
         write = _Write(op, row)
         self._put(write)
         return write
@@ -263,6 +275,8 @@ class Journal:
         reply = await self._send(batch, full=False, operation=op)
         del self._queue[: len(batch)]
         reasons = iter(reply[3:-1])
+        with self._lock:
+            self._unsent.difference_update(w.row for w in batch if w.op == "T")
         for write in batch:
             if write.op == "T":
                 value = next(reasons)
@@ -296,6 +310,8 @@ class Journal:
             if write.done is not None and not write.done.done():
                 write.done.set_result(None)
         self.epoch = text(reply[0])
+        with self._lock:
+            self._unsent.difference_update((s, k, o) for s, k, o, _ in snapshot)
         flipped = 0
         for (_, _, _, token), value in zip(snapshot, reply[3:-1], strict=True):
             if value is not None and not token.cancelled:

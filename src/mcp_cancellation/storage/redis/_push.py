@@ -133,7 +133,7 @@ class Push:
             logger.warning("ignoring a malformed cancellation message")
             return
         owners = {text(owner) for owner in fields[3:]}
-        for token in self._journal.tokens(scope, key, owners):
+        for token in self._journal.pushed(scope, key, owners):
             token.set_cancelled(reason)
 
     async def _listen(self) -> None:
