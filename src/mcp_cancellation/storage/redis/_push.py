@@ -25,7 +25,6 @@ from ._journal import Journal
 if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.asyncio.client import PubSub
-    from redis.asyncio.cluster import RedisCluster
 
 __all__ = ["BEHIND", "ChannelSubscription", "Push", "Subscription"]
 
@@ -74,7 +73,6 @@ class Push:
     def __init__(
         self,
         *,
-        client: Redis | RedisCluster,
         subscription: Subscription,
         home: HomeLoop,
         prefix: bytes,
@@ -82,7 +80,6 @@ class Push:
         heartbeat_ttl: float,
         backoff: tuple[float, float],
     ) -> None:
-        self._client = client
         self._subscription = subscription
         self._home = home
         self._prefix = prefix

@@ -152,7 +152,6 @@ class RedisStorage(Storage):
         )
         self._journal.worker = uuid.uuid4().hex[:12]
         self._push = Push(
-            client=client,
             subscription=subscription,
             home=self._home,
             prefix=self._prefix,
