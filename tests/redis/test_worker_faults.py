@@ -232,8 +232,12 @@ async def test_a_missing_redis_permission_degrades_like_an_outage(
         refused = await http.post(worker.url, json=cancel_body(2, "cannot record"))
         assert refused.status_code == 503
         assert completed(await call, 3)
-        # One line names the cause.
-        assert "NoPermissionError" in worker.output()
+        # One line names the cause, however often the worker's writes are retried, and
+        # reads that Redis still allows do not pass for a recovery.
+        output = worker.output()
+        assert output.count("Redis storage unavailable") == 1, output
+        assert "NoPermissionError" in output
+        assert "answers again" not in output
         assert "Traceback" not in worker.output()
     finally:
         worker.stop()

@@ -37,6 +37,11 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
+#: Operations that only read: their success does not show that Redis takes this worker's
+#: writes (an ACL user may read and not run scripts), so only the others end an outage.
+READS = frozenset({"get", "is_tracked", "stats"})
+
+
 def describe(exc: BaseException) -> str:
     """*exc* in one line, with its causes: redis-py raises some errors with no message
     (a TLS handshake against a plain port), whose cause says what happened."""
@@ -112,7 +117,8 @@ class HomeLoop:
             error = StorageUnavailable(f"Redis unavailable: {describe(exc)}")
             self.health.failed(operation, error)
             raise error from exc
-        self.health.answered()
+        if operation not in READS:
+            self.health.answered()
         if task is not None and task.cancelling() > cancelling:
             raise asyncio.CancelledError
         return result

@@ -165,7 +165,6 @@ class Push:
                     kind = text(message["type"])
                     if kind == subscription.confirmation:
                         self.subscribed = True
-                        self._home.health.answered()
                         delay = self._backoff[0]
                         self._journal.want_resync()  # messages may have been missed
                     elif kind == subscription.message:

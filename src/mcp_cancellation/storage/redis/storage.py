@@ -6,6 +6,7 @@ key layout and the scripts are in :mod:`._scripts`, the background push in :mod:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -29,7 +30,7 @@ from ._codec import (
     to_bytes,
 )
 from ._connect import client_from_url, table_identity
-from ._home import HomeLoop
+from ._home import UNAVAILABLE, HomeLoop
 from ._journal import Journal
 from ._push import BEHIND, ChannelSubscription, Push, Subscription
 
@@ -236,7 +237,8 @@ class RedisStorage(Storage):
 
     @property
     def available(self) -> bool:
-        """Whether Redis answered this storage's last call."""
+        """Whether Redis took this storage's last write (reads alone do not end an
+        outage: Redis may allow them and refuse writes)."""
         return self._health.available
 
     @property
@@ -341,8 +343,11 @@ class RedisStorage(Storage):
         refuses cancellations of ids it does not see in flight (see ``_grace``)."""
         channel = self._prefix + b"resync"
         publish = self._redis.spublish if self.cluster else self._redis.publish
-        with contextlib.suppress(StorageUnavailable):
-            await self._home.call(lambda: publish(channel, BEHIND), "heartbeat")
+        # Not through the home loop's call(): its success would count as Redis answering
+        # again, and a lasting refusal would log a warning and a recovery every retry.
+        with contextlib.suppress(*UNAVAILABLE):
+            async with asyncio.timeout(self.timeout):
+                await publish(channel, BEHIND)
 
     def _recovering(self) -> bool:
         """Whether a call of this storage failed within the grace period."""
