@@ -489,6 +489,15 @@ class RedisClusterServers(ServerContext):
                     return next(n for n in self.nodes if n.port == port)
         raise AssertionError(f"no running node serves slot {slot}")
 
+    def replica_of(self, master: RedisServer) -> RedisServer:
+        """The running replica of *master*."""
+        from redis.client import Redis as SyncRedis
+
+        with SyncRedis(port=master.port, socket_timeout=2, decode_responses=True) as client:
+            replicas = client.execute_command("ROLE")[2]
+        port = int(replicas[0][1])
+        return next(n for n in self.nodes if n.port == port)
+
     def kill_master_of(self, key: bytes | str, timeout: float = 30) -> RedisServer:
         """SIGKILL *key*'s master; return it once another node is master of the slot."""
         victim = self.master_of(key)

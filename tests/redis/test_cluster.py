@@ -5,6 +5,8 @@ of the master that holds the table survived as docs/deployment.md says."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,11 +14,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 from redis.asyncio.cluster import RedisCluster
 
-from mcp_cancellation import CancellationRegistry, ConfigurationError, signals
+from mcp_cancellation import CancellationRegistry, ConfigurationError, StorageUnavailable, signals
 from mcp_cancellation.storage.redis import RedisStorage
 from mcp_cancellation.telemetry.prometheus import metrics_app
 
-from ..support import HeldRequest, RedisClusterServers, async_wait_until
+from ..support import HeldRequest, RedisClusterServers, RedisServer, async_wait_until
+from .conftest import ObservedRedisStorage
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
 
@@ -204,3 +207,80 @@ async def test_a_killed_master_is_replaced_and_the_registry_keeps_serving(
             app.bridge.uninstall()
         for registry in workers:
             await registry.aclose()
+
+
+async def test_rows_a_lagging_replica_brings_back_never_cancel_a_new_request(
+    own_cluster: RedisClusterServers,
+) -> None:
+    """The table's master released some requests' rows that its replica never received
+    (stopped meanwhile); the master dies and the replica takes over with those rows, a
+    cancellation among them. The worker's resync releases them: a new request reusing
+    each id starts uncancelled, and nothing is left behind."""
+    options: dict[str, Any] = {"prefix": "lagging", "timeout": 10.0}
+    tool = CancellationRegistry(
+        ObservedRedisStorage.from_url(own_cluster.url, **options), janitor_interval=None
+    )
+    other = CancellationRegistry(
+        RedisStorage.from_url(own_cluster.url, **options), janitor_interval=None
+    )
+    storage = tool.storage
+    assert isinstance(storage, ObservedRedisStorage)
+    ids = [f"job {n}" for n in range(5)]
+    loop = asyncio.get_running_loop()
+    try:
+        await _subscribed(tool, other)
+        master = own_cluster.master_of(storage.key("scopes"))
+        replica = own_cluster.replica_of(master)
+        assert replica.process is not None
+        held = [HeldRequest(tool, i, "session:s") for i in ids]
+        for request_id, request in zip(ids, held, strict=True):
+            await request.started()
+            assert await other.cancel_in_flight(request_id, "old", "session:s")
+        # The replica stops, and its link is cut (a stopped replica cannot reconnect):
+        # it misses what follows.
+        os.kill(replica.process.pid, signal.SIGSTOP)
+        try:
+            await loop.run_in_executor(None, _cut_replicas, master)
+            for request in held:
+                await request.finish()
+            stats = await other.stats()
+            assert (stats.total_rows, stats.total_in_flight) == (0, 0)  # on the master
+            master.kill()
+        finally:
+            os.kill(replica.process.pid, signal.SIGCONT)
+        await loop.run_in_executor(None, _take_over, own_cluster, replica)
+        resyncs = storage.resyncs
+        await async_wait_until(lambda: storage.resyncs > resyncs, within=30)
+        for i in ids:
+            async with tool.request(i, "session:s") as token:
+                assert not token.cancelled
+        await async_wait_until(lambda: _empty(other), within=10)
+    finally:
+        await tool.aclose()
+        await other.aclose()
+
+
+def _cut_replicas(master: RedisServer) -> None:
+    from redis.client import Redis as SyncRedis
+
+    with SyncRedis(port=master.port, socket_timeout=5) as client:
+        client.execute_command("CLIENT", "KILL", "TYPE", "replica")
+
+
+def _take_over(cluster: RedisClusterServers, replica: RedisServer) -> None:
+    """Promote *replica* at once (its master is dead), as an operator's ``CLUSTER
+    FAILOVER TAKEOVER`` does, and wait until the cluster is healthy."""
+    from redis.client import Redis as SyncRedis
+
+    with SyncRedis(port=replica.port, socket_timeout=5) as client:
+        if client.execute_command("ROLE")[0] != b"master":
+            client.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+    cluster.wait_healthy()
+
+
+async def _empty(registry: CancellationRegistry) -> bool:
+    try:
+        stats = await registry.stats()
+    except StorageUnavailable:
+        return False
+    return (stats.total_rows, stats.total_in_flight) == (0, 0)

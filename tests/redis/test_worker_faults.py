@@ -114,6 +114,40 @@ async def test_calls_run_through_a_redis_stall_and_become_cancellable(
         await cancel_until_it_stops(http, other_worker, i, call, f"after the stall {i}")
 
 
+async def test_calls_run_while_redis_sleeps_and_become_cancellable(
+    start_workers: StartWorkers, http: httpx.AsyncClient
+) -> None:
+    """``DEBUG SLEEP``: the whole server stops answering, reads included."""
+    with RedisServer("--enable-debug-command", "yes") as server:
+        tool_worker, other_worker = start_workers(server)
+        assert completed(await http.post(tool_worker.url, json=call_body(1, 1)), 1)
+        admin = Redis.from_url(server.url, socket_timeout=30)
+        try:
+            asleep = asyncio.create_task(admin.execute_command("DEBUG", "SLEEP", "10"))  # type: ignore[no-untyped-call]
+            await async_wait_until(lambda: _stalls(http, tool_worker), within=5)
+            # A call runs and completes while Redis sleeps.
+            assert completed(await http.post(tool_worker.url, json=call_body(2, 1)), 1)
+            calls = {
+                i: asyncio.create_task(http.post(tool_worker.url, json=call_body(i, 30)))
+                for i in range(10, 14)
+            }
+            refused = await http.post(other_worker.url, json=cancel_body(10, "asleep"))
+            assert refused.status_code == 503
+            assert not asleep.done()  # all of the above happened while Redis slept
+            await asleep
+        finally:
+            await admin.aclose()
+        for i, call in calls.items():
+            await cancel_until_it_stops(http, other_worker, i, call, f"awake {i}")
+
+
+async def _stalls(http: httpx.AsyncClient, worker: Worker) -> bool:
+    """Whether the worker's Redis has stopped answering: a cancellation of an unknown id
+    is refused (503) instead of answered 202."""
+    answer = await http.post(worker.url, json=cancel_body(999, "probe"))
+    return answer.status_code == 503
+
+
 async def test_redis_out_of_memory_refuses_cancellations_and_then_recovers(
     own_redis: RedisServer, start_workers: StartWorkers, http: httpx.AsyncClient, prefix: str
 ) -> None:
