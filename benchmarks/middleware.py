@@ -64,7 +64,11 @@ STACKS = {"asyncio-h11": ("asyncio", "h11"), "uvloop-httptools": ("uvloop", "htt
 
 
 def serve(kind: str, port: int, json_response: bool, stack: str = "asyncio-h11") -> None:
-    """Run one server until killed: ``bare`` or ``wrapped``, on *stack*."""
+    """Run one server until killed: ``bare``, ``wrapped`` (the memory storage) or
+    ``redis`` (wrapped, on the Redis of ``MCP_CANCELLATION_REDIS_URL``), on *stack*."""
+    # benchmarks/redis.py would shadow the redis package: this directory goes first.
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     import uvicorn
 
     from mcp_cancellation import CancellationMiddleware, CancellationRegistry
@@ -74,7 +78,8 @@ def serve(kind: str, port: int, json_response: bool, stack: str = "asyncio-h11")
     app: Any = build_demo_server().streamable_http_app(
         stateless_http=True, json_response=json_response
     )
-    if kind == "wrapped":
+    if kind in ("wrapped", "redis"):
+        # (The registry's storage comes from MCP_CANCELLATION_REDIS_URL when it is set.)
         app = CancellationMiddleware(app, registry=CancellationRegistry())
     loop, http = STACKS[stack]
     uvicorn.run(
@@ -99,13 +104,16 @@ def free_port() -> int:
 
 
 def start_server(
-    kind: str, json_response: bool, stack: str = "asyncio-h11"
+    kind: str, json_response: bool, stack: str = "asyncio-h11", redis_url: str = ""
 ) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     args = [sys.executable, __file__, "--serve", kind, "--port", str(port), "--stack", stack]
     if not json_response:
         args.append("--sse")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src")}
+    env.pop("MCP_CANCELLATION_REDIS_URL", None)
+    if kind == "redis":
+        env["MCP_CANCELLATION_REDIS_URL"] = redis_url
     process = subprocess.Popen(args, env=env)
     url = f"http://127.0.0.1:{port}/mcp"
     deadline = time.monotonic() + 30
@@ -525,7 +533,7 @@ def main() -> None:
         default="asyncio-h11",
         help="the servers' uvicorn stack (default asyncio-h11, plain uvicorn's)",
     )
-    parser.add_argument("--serve", choices=["bare", "wrapped"], help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=["bare", "wrapped", "redis"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sse:

@@ -19,6 +19,7 @@ and when another worker found it lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -42,6 +43,9 @@ logger = logging.getLogger("mcp_cancellation.redis")
 
 #: Operations one ``SYNC`` call carries at most (a few milliseconds of Redis time).
 BATCH = 256
+#: How long releases wait for a track to ride with (seconds): a request's release then
+#: costs no round trip of its own while requests keep starting.
+LINGER = 0.01
 
 RunScript = Callable[..., Awaitable[Any]]
 
@@ -94,6 +98,7 @@ class Journal:
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._quiet: asyncio.Event | None = None
+        self._hurry: asyncio.Event | None = None
         self._resync_wanted = False
         self._resync_waiters: list[asyncio.Future[int]] = []
         self._beat = False
@@ -140,12 +145,17 @@ class Journal:
             self._tokens.add(*row, token)
             self._unsent.add(row)
         write = _Write("T", row, token)
-        self._put(write)
+        self._put(write, hurry=True)
         try:
             await self._wait(write)
         except BaseException:  # cancelled while waiting: the request never started
             self.release(row, "U")
             raise
+
+    async def finish(self, row: Row, op: str) -> None:
+        """:meth:`release`, waiting for Redis at most :attr:`wait` (it rides with the next
+        track, or goes after :data:`LINGER`; a cancelled wait leaves it queued)."""
+        await self._wait(self.release(row, op))
 
     def release(self, row: Row, op: str) -> _Write:
         """Forget *row* here and queue its release (``U``, ``R`` or ``F``)."""
@@ -156,11 +166,6 @@ class Journal:
         self._put(write)
         return write
 
-    async def finish(self, row: Row, op: str) -> None:
-        """:meth:`release`, waiting for Redis at most :attr:`wait` (a cancelled wait
-        leaves the write queued: it reaches Redis all the same)."""
-        await self._wait(self.release(row, op))
-
     async def _wait(self, write: _Write) -> None:
         if write.done is None:
             write.done = asyncio.get_running_loop().create_future()
@@ -170,22 +175,27 @@ class Journal:
         except TimeoutError:
             pass  # still queued: sent when Redis answers
 
-    def _put(self, write: _Write) -> None:
+    def _put(self, write: _Write, *, hurry: bool = False) -> None:
         self._queue.append(write)
-        self._kick()
+        self._kick(hurry=hurry)
 
-    def _kick(self) -> None:
+    def _kick(self, *, hurry: bool = True) -> None:
+        """Wake the background task; *hurry*: send now, without waiting for a track."""
         if self._wake is None:
             self._start()
         assert self._wake is not None
         assert self._quiet is not None
+        assert self._hurry is not None
         self._quiet.clear()
         self._wake.set()
+        if hurry:
+            self._hurry.set()
 
     def _start(self) -> None:
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._quiet = asyncio.Event()
+        self._hurry = asyncio.Event()
         name = f"mcp-cancellation-redis-sync-{self.worker}"
         self._task = loop.create_task(self._run(), name=name)
 
@@ -205,6 +215,7 @@ class Journal:
         a read of this worker then sees its own writes."""
         if self._quiet is None or self._quiet.is_set():
             return
+        self._kick()
         try:
             async with asyncio.timeout(within):
                 await self._quiet.wait()
@@ -238,6 +249,7 @@ class Journal:
     async def _run(self) -> None:
         assert self._wake is not None
         assert self._quiet is not None
+        assert self._hurry is not None
         loop = asyncio.get_running_loop()
         delay = self._backoff[0]
         while not self._home.closed:
@@ -246,6 +258,13 @@ class Journal:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if not self._hurry.is_set() and len(self._queue) < BATCH:
+                # Only releases are queued: they ride with the next track, or go after
+                # LINGER (a release is idempotent and nobody waits for it).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(LINGER):
+                        await self._hurry.wait()
+            self._hurry.clear()
             # The backoff counts from the start of an attempt: after a call that waited
             # out its timeout (a stall) the next one goes at once, so a write is always
             # waiting in Redis when it answers again.

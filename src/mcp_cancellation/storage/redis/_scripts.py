@@ -30,7 +30,8 @@ unambiguous for any bytes since the scope's byte length comes first):
                                ``!<owner>`` -> encoded reason once that owner is cancelled
 ``P fs``               HASH    ``scope`` -> in-flight row count (stats)
 ``P w:<worker>``       SET     the worker's in-flight rows: ``<#m>:<m><owner>``
-``P workers``          SET     workers that hold in-flight rows
+``P workers``          SET     workers seen (each ``SYNC`` adds its own; the cleanup removes
+                               those whose heartbeat lapsed)
 ``P hb:<worker>``      STRING  the worker's heartbeat, with a TTL
 ``P epoch``            STRING  the table's epoch, written at its first use: gone with the
                                table (flush, restart, failover to an empty replica)

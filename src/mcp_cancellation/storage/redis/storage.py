@@ -323,6 +323,8 @@ class RedisStorage(Storage):
                 "1" if self._recovering() else "0",
             )
             outcome = text(reply[0])
+            if int(reply[6]):  # this worker's view of the table is old
+                self._home.soon(self._journal.want_resync)
             collect_evicted(evicted, reply)
             if outcome != "evicting":
                 break
@@ -330,7 +332,6 @@ class RedisStorage(Storage):
         if outcome == "behind":
             # The table was lost, or Redis is just back: a worker may not have re-tracked
             # its requests yet, so "not in flight" cannot be told. The client may retry.
-            self._home.soon(self._journal.want_resync)
             raise StorageUnavailable("Redis is resynchronising the table; retry shortly")
         if outcome in ("recorded", "updated"):
             for token in self._journal.tokens(scope, key):
@@ -379,9 +380,9 @@ class RedisStorage(Storage):
         await self._home.at_home(functools.partial(self._journal.finish, (scope, key, owner), "U"))
 
     async def finish(self, scope: str, key: str, owner: str) -> None:
-        """Untrack *owner* and remove the cancellation row in one write, waiting at most
-        ``max_wait``; the write reaches Redis even if Redis answers later, or the calling
-        task is cancelled."""
+        """Untrack *owner* and remove the cancellation row in one write. It rides with the
+        next track (or goes after 10 ms); the caller waits for it at most ``max_wait``,
+        and it reaches Redis even if Redis answers later, or the caller is cancelled."""
         await self._home.at_home(functools.partial(self._journal.finish, (scope, key, owner), "F"))
 
     async def is_tracked(self, scope: str, key: str) -> bool:

@@ -8,7 +8,7 @@
 -- A row is bound to the owners in flight (each gets its mark in P f:<m>), or pending
 -- ('*' before its reason) when none is: see track() in the prelude.
 -- Returns {outcome, one-row scopes evicted, rows still owed, scope part-way, over quota
--- (1 or 0), the other evictions}. Outcome ``evicting`` means the call spent its eviction
+-- (1 or 0), the other evictions, 1 if this worker's epoch is old (it must resync)}. Outcome ``evicting`` means the call spent its eviction
 -- budget before the batch was done and wrote nothing else: the caller calls again with
 -- the owed rows and the scope, so that no single script holds Redis for long, and the
 -- calls together evict exactly what one unbounded call would. Evictions are packed as
@@ -20,7 +20,7 @@
 local scope, key, renc = ARGV[2], ARGV[3], ARGV[4]
 local m = member(scope, key)
 local fk = flight_key(m)
-local result, evicted, singles = {'recorded', '', 0, '', 0, ''}, {}, {}
+local result, evicted, singles = {'recorded', '', 0, '', 0, '', 0}, {}, {}
 local budget = tonumber(ARGV[10]) or math.huge
 local owed, partial = tonumber(ARGV[11]) or 0, ARGV[12] or ''
 local function done(outcome)
@@ -28,8 +28,10 @@ local function done(outcome)
   result[6] = table.concat(evicted)
   return result
 end
+-- (A worker whose epoch is old still records a cancellation of a request in flight; it
+-- is told to resynchronise by the last reply element.)
 local _, lost = check_epoch(ARGV[14] or '', ARGV[15] or '1000')
-if lost == 1 then return done('behind') end
+result[7] = lost
 if ARGV[16] == '1' then redis.call('SET', LOST, '1', 'PX', ARGV[15]) end
 if owed > 0 then
   owed, budget, partial = evict(owed, budget, partial, evicted, singles)

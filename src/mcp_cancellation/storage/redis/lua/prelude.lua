@@ -253,7 +253,6 @@ local function track(scope, key, owner, w)
   if redis.call('HSET', fk, owner, w) == 1 then
     redis.call('HINCRBY', FS, scope, 1)
     redis.call('SADD', worker_key(w), netstring(m) .. owner)
-    redis.call('SADD', WORKERS, w)
   end
   local v = redis.call('HGET', REASONS, m)
   if v and string.byte(v, 1) == 42 then  -- '*': pending, claimed by this owner
@@ -272,9 +271,7 @@ local function untrack_member(m, scope, owner)
   if not w then return 0 end
   redis.call('HDEL', fk, owner, '!' .. owner)
   if redis.call('HINCRBY', FS, scope, -1) <= 0 then redis.call('HDEL', FS, scope) end
-  local wk = worker_key(w)
-  redis.call('SREM', wk, netstring(m) .. owner)
-  if redis.call('EXISTS', wk) == 0 then redis.call('SREM', WORKERS, w) end
+  redis.call('SREM', worker_key(w), netstring(m) .. owner)
   return 1
 end
 local function untrack(scope, key, owner)

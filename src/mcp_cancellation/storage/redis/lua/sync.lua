@@ -13,6 +13,7 @@
 -- released as stale}.
 local w = ARGV[2]
 local beat = redis.call('SET', hb_key(w), '1', 'PX', ARGV[3], 'GET')
+redis.call('SADD', WORKERS, w)  -- (left by the cleanup of a worker whose heartbeat lapsed)
 local epoch, lost = check_epoch(ARGV[4], ARGV[5])
 local full = ARGV[6] == '1'
 if ARGV[7] == '1' then redis.call('SET', LOST, '1', 'PX', ARGV[5]) end
