@@ -34,8 +34,8 @@ from middleware import Result, drive, start_server, tool_call
 # benchmarks/redis.py would shadow the redis package from here on.
 sys.path.remove(str(Path(__file__).resolve().parent))
 
-from redis import Redis as SyncRedis  # noqa: E402
-from tests.support import RedisServer  # noqa: E402
+from redis import Redis as SyncRedis
+from tests.support import RedisServer
 
 KINDS = ("bare", "wrapped", "redis")
 LABELS = {"bare": "bare SDK", "wrapped": "memory storage", "redis": "Redis storage"}
@@ -104,7 +104,9 @@ async def run_mode(args: argparse.Namespace, server: RedisServer, json_response:
     )
     check(f"{mode}: Redis CPU per request life <= 40 us", redis_us <= 40, f"{redis_us:.1f} us")
     added = (p50["redis"] - p50["wrapped"]) * 1e3
-    check(f"{mode}: p50 with Redis <= the memory storage's + 1 ms", added <= 1.0, f"{added:+.2f} ms")
+    check(
+        f"{mode}: p50 with Redis <= the memory storage's + 1 ms", added <= 1.0, f"{added:+.2f} ms"
+    )
 
 
 async def run(args: argparse.Namespace) -> None:
