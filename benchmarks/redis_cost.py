@@ -34,7 +34,7 @@ from middleware import Result, drive, start_server, tool_call
 # benchmarks/redis.py would shadow the redis package from here on.
 sys.path.remove(str(Path(__file__).resolve().parent))
 
-from redis import Redis as SyncRedis
+from redis.client import Redis as SyncRedis
 from tests.support import RedisServer
 
 KINDS = ("bare", "wrapped", "redis")
