@@ -54,6 +54,11 @@ class ToolLog:
             events = self.outcomes.get(request_id)
             return events[-1] if events else None
 
+    def clear(self) -> None:
+        """Forget every outcome (before a request id is used again)."""
+        with self._lock:
+            self.outcomes.clear()
+
     def started(self) -> list[str]:
         with self._lock:
             return [key for key, events in self.outcomes.items() if "started" in events]

@@ -268,3 +268,33 @@ async def test_the_accept_rule_follows_the_servers_response_mode(
     assert [c["reason"] for c in harness.cancellations] == [reason]
     assert final_message(answers[0])["error"]["data"] == {"reason": reason}
     await harness.wait_empty()
+
+
+async def test_an_id_reused_while_its_cancelled_call_finishes_starts_uncancelled(
+    serve: Serve, http: httpx.AsyncClient, flavour: str, json_response: bool
+) -> None:
+    """A client that counts ids from 1 reuses an id as soon as it cancelled its call, while
+    that call is still finishing (and behind one NAT address, every stateless client
+    shares the scope): the new call starts uncancelled."""
+    harness = serve(flavour, json_response=json_response)
+    for round_ in range(5):
+        harness.log.clear()
+        old = call_body("job", "poll", {"seconds": 30})
+        async with anyio.create_task_group() as tg:
+            answers: dict[str, httpx.Response] = {}
+
+            async def post(name: str, body: dict[str, Any], answers: Any = answers) -> None:
+                answers[name] = await http.post(harness.url, json=body, headers=SSE_AND_JSON)
+
+            tg.start_soon(post, "old", old)
+            await harness.wait_started()
+            cancelled = await http.post(
+                harness.url, json=cancel_body("job", f"round {round_}"), headers=SSE_AND_JSON
+            )
+            assert cancelled.status_code == 202
+            # The same id at once, before the cancelled call has answered.
+            tg.start_soon(post, "new", call_body("job", "poll", {"seconds": 0.5}))
+        assert final_message(answers["old"])["error"]["code"] == REQUEST_CANCELLED
+        message = final_message(answers["new"])
+        assert "result" in message, message
+    await harness.wait_empty()
