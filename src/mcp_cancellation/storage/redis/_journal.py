@@ -54,13 +54,20 @@ class _Write:
     """One queued write: ``T`` track, ``U`` untrack, ``R`` release (a dead owner's: the
     row goes if no owner is left), ``F`` finish (untrack and clear)."""
 
-    __slots__ = ("done", "op", "row", "token")
+    __slots__ = ("done", "op", "queued_at", "row", "token")
 
     def __init__(self, op: str, row: Row, token: RequestToken | None = None) -> None:
         self.op = op
         self.row = row
         self.token = token
+        #: Set when Redis took the write, or when its waiter stops waiting.
         self.done: asyncio.Future[None] | None = None
+        self.queued_at = 0.0
+
+    def settle(self) -> None:
+        """Let its waiter, if any, go on."""
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
 
 
 class Journal:
@@ -101,6 +108,8 @@ class Journal:
         self._hurry: asyncio.Event | None = None
         self._resync_wanted = False
         self._resync_waiters: list[asyncio.Future[int]] = []
+        self._waiting: list[_Write] = []  # writes whose caller waits for them
+        self._expiry: asyncio.TimerHandle | None = None
         self._beat = False
         #: The table's epoch as this worker last synchronised with it ('' before).
         self.epoch = ""
@@ -167,13 +176,30 @@ class Journal:
         return write
 
     async def _wait(self, write: _Write) -> None:
-        if write.done is None:
-            write.done = asyncio.get_running_loop().create_future()
-        try:
-            async with asyncio.timeout(self.wait):
-                await asyncio.shield(write.done)
-        except TimeoutError:
-            pass  # still queued: sent when Redis answers
+        """Until Redis took *write*, or :attr:`wait` has passed (one timer serves every
+        waiter: :meth:`_expire_waits`). A cancelled wait leaves the write queued."""
+        loop = asyncio.get_running_loop()
+        write.done = loop.create_future()
+        write.queued_at = loop.time()
+        self._waiting.append(write)
+        if self._expiry is None:
+            self._expiry = loop.call_later(self.wait, self._expire_waits)
+        await write.done
+
+    def _expire_waits(self) -> None:
+        """Let go of the waiters that have waited :attr:`wait` (their writes stay queued:
+        sent when Redis answers); run again while any is left."""
+        self._expiry = None
+        loop = asyncio.get_running_loop()
+        limit = loop.time() - self.wait
+        waiting = [w for w in self._waiting if w.done is not None and not w.done.done()]
+        for write in waiting:
+            if write.queued_at <= limit:
+                write.settle()
+        self._waiting = [w for w in waiting if not w.done or not w.done.done()]
+        if self._waiting:
+            first = min(w.queued_at for w in self._waiting)
+            self._expiry = loop.call_at(first + self.wait, self._expire_waits)
 
     def _put(self, write: _Write, *, hurry: bool = False) -> None:
         self._queue.append(write)
@@ -301,8 +327,7 @@ class Journal:
                 value = next(reasons)
                 if value is not None and write.token is not None:
                     write.token.set_cancelled(decode_reason(value))
-            if write.done is not None and not write.done.done():
-                write.done.set_result(None)
+            write.settle()
         if int(reply[1]) or int(reply[2]):
             # The table this worker knew is gone, or its heartbeat lapsed (another
             # worker's cleanup may have swept its rows): put everything back.
@@ -326,8 +351,7 @@ class Journal:
         sent = {id(w) for w in queued}
         self._queue = [w for w in self._queue if id(w) not in sent]
         for write in queued:
-            if write.done is not None and not write.done.done():
-                write.done.set_result(None)
+            write.settle()
         self.epoch = text(reply[0])
         with self._lock:
             self._unsent.difference_update((s, k, o) for s, k, o, _ in snapshot)
