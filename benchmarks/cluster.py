@@ -6,17 +6,18 @@ redis-server and a six-node cluster (three masters, three replicas) on free loop
 For each target, ``WORKERS`` client processes with ``CONCURRENCY`` tasks each run one
 operation for ``SECONDS``:
 
-* **request life**: ``async with registry.request(id, scope)`` around nothing (TRACK,
-  then FINISH: two scripts);
+* **request life**: ``async with registry.request(id, scope)`` around nothing (a track
+  and a release, batched with those of the other tasks into ``SYNC`` script calls);
 * **cancel**: ``registry.cancel(id, None, scope)`` of a request nobody runs (one ADD).
 
 Printed per target: operations per second achieved, the share of one CPU core the Redis
 server that holds the table spent meanwhile (``INFO cpu``), Redis's own microseconds per
-script call (``INFO commandstats``), and the *shard ceiling*: the achieved rate divided by
-that share, i.e. the rate at which the shard's one thread would be saturated. On a 2-core
-machine the clients compete with Redis for the CPU, so the achieved rate is client-bound
-and the ceiling is an extrapolation: read it as an order of magnitude, and the
-cluster/single ratio measured in the same run as the comparison.
+script call (``INFO commandstats``), Redis's CPU per operation, and the *shard ceiling*:
+the achieved rate divided by that share, i.e. the rate at which the shard's one thread
+would be saturated. On a 2-core machine the clients compete with Redis for the CPU, so
+the achieved rate is client-bound and the ceiling is an extrapolation: read it as an
+order of magnitude, and the cluster/single ratio measured in the same run as the
+comparison.
 """
 
 from __future__ import annotations
@@ -132,7 +133,8 @@ def main() -> int:
                 rates[target] = f["rate"]
                 print(
                     f"  {label:<13} {target:<8} {f['rate']:9.0f} /s  redis busy {f['busy']:5.0%}"
-                    f"  {f['usec_per_call']:6.1f} us/script  shard ceiling ~{f['ceiling']:9.0f} /s"
+                    f"  {f['usec_per_call']:6.1f} us/script  {1e6 / f['ceiling']:6.1f} us CPU/op"
+                    f"  shard ceiling ~{f['ceiling']:9.0f} /s"
                 )
             ratio = rates["cluster"] / rates["single"]
             print(f"  {label:<13} cluster / single achieved rate: {ratio:5.2f}x")
