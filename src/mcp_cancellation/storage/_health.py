@@ -21,7 +21,7 @@ class Health:
     and every failure is sent as ``storage.error`` with the storage as sender.
     """
 
-    __slots__ = ("_name", "_sender", "available", "failed_at")
+    __slots__ = ("_name", "_sender", "available", "failed_at", "refused")
 
     def __init__(self, sender: object, name: str) -> None:
         self._sender = sender
@@ -29,6 +29,10 @@ class Health:
         self.available = True
         #: ``time.monotonic()`` of the last failure (``None``: none yet).
         self.failed_at: float | None = None
+        #: Whether the last failure was a refusal by a server that answered (a missing
+        #: permission, out of memory) rather than no answer: then a read that succeeds
+        #: does not show that the storage is back.
+        self.refused = False
 
     def failed_within(self, seconds: float) -> bool:
         """Whether a call failed in the last *seconds*."""

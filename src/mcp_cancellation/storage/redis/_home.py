@@ -37,8 +37,8 @@ UNAVAILABLE: tuple[type[BaseException], ...] = (
 )
 
 
-#: Operations that only read: their success does not show that Redis takes this worker's
-#: writes (an ACL user may read and not run scripts), so only the others end an outage.
+#: Operations that only read: after Redis refused a write (an ACL user may read and not run
+#: scripts; out of memory), their success does not end the outage, only a write's does.
 READS = frozenset({"get", "is_tracked", "stats"})
 
 
@@ -115,9 +115,10 @@ class HomeLoop:
             if task is not None and task.cancelling() > cancelling:
                 raise asyncio.CancelledError from exc
             error = StorageUnavailable(f"Redis unavailable: {describe(exc)}")
+            self.health.refused = isinstance(exc, redis_errors.ResponseError)
             self.health.failed(operation, error)
             raise error from exc
-        if operation not in READS:
+        if operation not in READS or not self.health.refused:
             self.health.answered()
         if task is not None and task.cancelling() > cancelling:
             raise asyncio.CancelledError
