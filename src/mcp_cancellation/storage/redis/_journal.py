@@ -113,9 +113,6 @@ class Journal:
         self._beat = False
         #: The table's epoch as this worker last synchronised with it ('' before).
         self.epoch = ""
-        #: Whether the last call failed: writes are owed that Redis refused or did not
-        #: answer.
-        self.behind = False
 
     # -- the token table ---------------------------------------------------------------
 
@@ -305,13 +302,11 @@ class Journal:
                     logger.exception("sending this worker's in-flight rows to Redis failed")
                 elif isinstance(exc.__cause__, ResponseError):
                     await self._refused()  # Redis answers, and refuses: tell the others
-                self.behind = True
                 self._quiet.set()  # a reader goes on: Redis will fail it too, or answer
                 await asyncio.sleep(max(0.0, started + delay - loop.time()))
                 delay = min(delay * 2, self._backoff[1])
                 continue
             delay = self._backoff[0]
-            self.behind = False
 
     async def _flush(self) -> None:
         self._beat = False
