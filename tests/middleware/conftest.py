@@ -125,7 +125,12 @@ TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 
 
 def build_sdk_app(
-    log: ToolLog, *, json_response: bool, stateless: bool = True, auth: bool = False
+    log: ToolLog,
+    *,
+    json_response: bool,
+    stateless: bool = True,
+    auth: bool = False,
+    event_store: Any = None,
 ) -> Any:
     """The SDK's ``MCPServer`` with the test tools, as a stateless Streamable HTTP app;
     with *auth*, behind the SDK's bearer authentication (the :data:`TOKENS`)."""
@@ -171,7 +176,9 @@ def build_sdk_app(
     async def echo(text: str) -> str:
         return text
 
-    return server.streamable_http_app(stateless_http=stateless, json_response=json_response)
+    return server.streamable_http_app(
+        stateless_http=stateless, json_response=json_response, event_store=event_store
+    )
 
 
 def build_fastmcp_app(
@@ -272,6 +279,7 @@ def serve() -> Iterator[Serve]:
         registry: CancellationRegistry | None = None,
         stateless: bool = True,
         server: dict[str, Any] | None = None,
+        event_store: Any = None,
         **options: Any,
     ) -> Harness:
         log = ToolLog()
@@ -279,7 +287,9 @@ def serve() -> Iterator[Serve]:
         options.setdefault("stream_cancel_timeout", STREAM_CANCEL_TIMEOUT)
         if flavour == "sdk":
             app: Any = CancellationMiddleware(
-                build_sdk_app(log, json_response=json_response, stateless=stateless),
+                build_sdk_app(
+                    log, json_response=json_response, stateless=stateless, event_store=event_store
+                ),
                 registry=registry,
                 **options,
             )

@@ -1,5 +1,6 @@
 """A client that closes its stream cancels its request: every protocol version, both
-response modes, polling tools and tools that never poll."""
+response modes, polling tools and tools that never poll; at 2025-11-25 and before, only a
+stream that cannot be resumed (unless ``disconnect_cancels="always"``)."""
 
 from __future__ import annotations
 
@@ -231,3 +232,79 @@ async def test_a_call_whose_id_the_registry_cannot_key_is_still_stopped_by_a_dis
     assert await harness.wait_outcome("", "killed", "completed") == "killed"
     assert [(c["request_id"], c["method"]) for c in harness.cancellations] == [("", "disconnect")]
     await harness.wait_empty()
+
+
+class _Events:
+    """An event store that keeps every event (a stream could be resumed), as the SDK's
+    ``EventStore`` interface asks."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    async def store_event(self, stream_id: str, message: object) -> str:
+        self.events.append((stream_id, message))
+        return str(len(self.events))
+
+    async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
+        return None
+
+
+async def _open_session(http: httpx.AsyncClient, url: str, version: str) -> dict[str, str]:
+    """Initialize a session on a stateful server; the headers of its later requests."""
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": version,
+            "capabilities": {},
+            "clientInfo": {"name": "disconnect-test", "version": "1"},
+        },
+    }
+    answer = await http.post(url, json=initialize, headers=SSE_AND_JSON)
+    assert answer.status_code == 200, answer.text
+    headers = {"mcp-session-id": answer.headers["mcp-session-id"]}
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    await http.post(
+        url, json=initialized, headers={**SSE_AND_JSON, **headers, "mcp-protocol-version": version}
+    )
+    return headers
+
+
+@pytest.mark.parametrize(
+    ("policy", "version", "stopped"),
+    [
+        ("auto", HANDSHAKE, False),  # resumable: SHOULD NOT be taken as a cancellation
+        ("always", HANDSHAKE, True),
+    ],
+)
+async def test_a_resumable_stream_is_cancelled_by_a_disconnect_only_if_told_so(
+    serve: Serve, http: httpx.AsyncClient, policy: str, version: str, stopped: bool
+) -> None:
+    """A stateful server with an event store can resume a 2025-11-25 stream: its client's
+    disconnect is not a cancellation, unless ``disconnect_cancels="always"``."""
+    harness = serve(
+        "sdk",
+        json_response=False,
+        stateless=False,
+        event_store=_Events(),
+        disconnect_cancels=policy,
+    )
+    session = await _open_session(http, harness.url, version)
+    body, headers = versioned_call(version, 5, "poll", {"seconds": 1.0})
+
+    async def call() -> None:
+        async with http.stream(
+            "POST", harness.url, json=body, headers={**headers, **session}
+        ) as response:
+            async for _ in response.aiter_bytes():
+                pass
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        (key,) = await harness.wait_started()
+        tg.cancel_scope.cancel()  # the client hangs up
+    outcome = await harness.wait_outcome(key, "completed", "cancelled", "killed")
+    # (A stateful server runs the tool in its session's task: the kill timer stops it.)
+    assert outcome in (("cancelled", "killed") if stopped else ("completed",))
+    assert [c["method"] for c in harness.cancellations] == (["disconnect"] if stopped else [])

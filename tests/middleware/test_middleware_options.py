@@ -39,6 +39,8 @@ async def _noop_app(scope: Any, receive: Any, send: Any) -> None:  # pragma: no 
         {"max_body_bytes": 1.5},
         {"path": "mcp"},
         {"session_resolver": "not callable"},
+        {"disconnect_cancels": "never"},
+        {"disconnect_cancels": True},
     ],
 )
 def test_bad_configuration_is_rejected_at_construction(options: dict[str, Any]) -> None:

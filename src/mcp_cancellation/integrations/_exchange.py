@@ -171,8 +171,10 @@ class Exchange:
         send: Send,
         body: bytes,
         context: RequestContext,
+        cancel_on_disconnect: bool = True,
     ) -> None:
         self.middleware = middleware
+        self.cancel_on_disconnect = cancel_on_disconnect
         self.receive = receive
         self.send = send
         self.body = body
@@ -322,6 +324,8 @@ class Exchange:
         if self.response_done or self.gone:
             return  # the response had ended: not a cancellation
         self._set_gone()
+        if not self.cancel_on_disconnect:
+            return  # a stream the client may resume (protocol 2025-11-25 and before)
         token = self.token
         # A request already cancelled (the mcp client POSTs notifications/cancelled, then
         # drops the call's stream) was reported then: the same cancellation, not a second.

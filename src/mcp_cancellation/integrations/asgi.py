@@ -34,7 +34,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._asgi import ASGIApp, Message, Receive, Scope, Send, header
 from .._extras import requires
@@ -62,6 +62,7 @@ from ._transport import Transport, find_transport
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "DisconnectPolicy",
     "DISCONNECT_REASON",
     "OTHER_TOOL",
     "TOOLS_REFRESH_SECONDS",
@@ -84,6 +85,8 @@ TOOLS_REFRESH_SECONDS = 5.0
 #: What ``tools=`` accepts: the names, or a callable (sync or async) that lists them, such
 #: as ``integrations.mcp_sdk.tool_names(server)``.
 ToolNames = Iterable[str] | Callable[[], Iterable[str] | Awaitable[Iterable[str]]]
+#: When a client's disconnect cancels its request (``CancellationMiddleware(disconnect_cancels=)``).
+DisconnectPolicy = Literal["auto", "always"]
 _QUOTA_MESSAGE = "Too many outstanding cancellations; try again shortly."
 _STORAGE_MESSAGE = "Cancellation storage unavailable; try again shortly."
 
@@ -105,7 +108,13 @@ class CancellationMiddleware:
     allow-list. With ``issued_sessions`` (the default), a request carrying an
     ``Mcp-Session-Id`` that the server issued in its answer to ``initialize`` is scoped by
     that session (a stateful server's sessions at one address stay apart, as in the SDK);
-    ``session_resolver`` comes first. Invalid settings raise
+    ``session_resolver`` comes first. ``disconnect_cancels`` says when a client that closes
+    its stream cancels its request: ``"auto"`` (the default) as each protocol version says,
+    always at 2026-07-28 and later ("the server MUST treat a client disconnect as
+    cancellation"), and at earlier versions only where the stream cannot be resumed (a
+    stateless server, JSON responses, or no event store; 2025-11-25: a disconnection
+    "SHOULD NOT be interpreted as the client cancelling"); ``"always"``: every disconnect
+    cancels. Invalid settings raise
     :class:`~mcp_cancellation.ConfigurationError` here.
 
     The janitor of the registry starts on ASGI lifespan startup (or at the first request
@@ -125,9 +134,15 @@ class CancellationMiddleware:
         transport_security: TransportSecuritySettings | None = None,
         tools: ToolNames | None = None,
         issued_sessions: bool = True,
+        disconnect_cancels: DisconnectPolicy = "auto",
     ) -> None:
         if not isinstance(path, str) or not path.startswith("/"):
             raise ConfigurationError(f"path must start with '/', not {path!r}")
+        if disconnect_cancels not in ("auto", "always"):
+            raise ConfigurationError(
+                f"disconnect_cancels must be 'auto' or 'always', not {disconnect_cancels!r}"
+            )
+        self.disconnect_cancels = disconnect_cancels
         if isinstance(trusted_proxies, str):
             trusted_proxies = (trusted_proxies,)
         proxies: list[str] = []
@@ -372,7 +387,9 @@ class CancellationMiddleware:
                 # table (no notification can name it: its id is refused), but a disconnect
                 # still cancels it, like any other call.
                 context = self.registry.request(None, caller, tool=tool)
-            return Exchange(self, receive, send, body, context)
+            return Exchange(
+                self, receive, send, body, context, self._disconnect_cancels_request(scope)
+            )
         if kind == "cancel" and _jsonrpc.is_handshake_version(
             header(scope, b"mcp-protocol-version")
         ):
@@ -514,6 +531,20 @@ class CancellationMiddleware:
             await send(message)
 
         await self.app(scope, replay(body, None, receive), gate)
+
+    def _disconnect_cancels_request(self, scope: Scope) -> bool:
+        """Whether the client closing this request's stream cancels it (see
+        ``disconnect_cancels``): yes at 2026-07-28 and later, and at earlier versions unless
+        the SDK app can resume the stream (stateful, SSE responses, an event store)."""
+        if self.disconnect_cancels == "always":
+            return True
+        if not _jsonrpc.is_handshake_version(header(scope, b"mcp-protocol-version")):
+            return True
+        transport = self._transport
+        if transport is None:
+            return True  # an app not known to resume streams
+        manager = transport.manager
+        return bool(manager.stateless or manager.json_response or manager.event_store is None)
 
     def _find_transport(self) -> Transport | None:
         """The SDK transport inside the wrapped app, once it exists; its Host/Origin
