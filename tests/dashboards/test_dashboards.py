@@ -246,6 +246,48 @@ def test_rule_validator_reports_missing_runbook_and_unknown_metric() -> None:
     assert "B: no severity label" in problems
 
 
+def test_rules_follow_the_monitoring_mixin_conventions() -> None:
+    def rule(name: str, severity: str, summary: str, description: str) -> dict[str, Any]:
+        return {
+            "alert": name,
+            "expr": "mcp_cancellation_rows > 0",
+            "labels": {"severity": severity},
+            "annotations": {
+                "summary": summary,
+                "description": description,
+                "runbook_url": f"{dashboards.RUNBOOK_BASE}#other",
+            },
+        }
+
+    rules = {
+        "groups": [
+            {
+                "name": "g",
+                "rules": [
+                    rule("GoodAlert", "warning", "Plain.", "Job {{ $labels.job }}."),
+                    rule("not_camel", "warning", "Plain.", "Job {{ $labels.job }}."),
+                    rule("A" + "b" * 40, "warning", "Plain.", "Job {{ $labels.job }}."),
+                    rule("Loud", "page", "Plain.", "Job {{ $labels.job }}."),
+                    rule("Templated", "info", "Job {{ $labels.job }}", "Job {{ $labels.job }}."),
+                    rule("Vague", "critical", "Plain.", "Something happened."),
+                ],
+            },
+            {
+                "name": "big",
+                "rules": [rule(f"Alert{n}", "info", "P.", "{{ $value }}") for n in range(21)],
+            },
+        ]
+    }
+    problems = dashboards.check_rules(rules, METRIC_NAMES, "# Alerts\n## Other\n")
+    assert not [p for p in problems if p.startswith("GoodAlert:")]
+    assert "not_camel: the name must be CamelCase, 40 at most" in problems
+    assert f"A{'b' * 40}: the name must be CamelCase, 40 at most" in problems
+    assert "Loud: severity must be one of info, warning, critical" in problems
+    assert "Templated: the summary must be a plain sentence (no template)" in problems
+    assert "Vague: the description must say which series (a template)" in problems
+    assert "group big: over 20 rules" in problems
+
+
 def test_substitute_replaces_grafana_variables() -> None:
     expr = (
         'rate(mcp_cancellation_cancelled_total{job=~"$job", instance=~"${instance}"}'

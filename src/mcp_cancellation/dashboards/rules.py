@@ -88,6 +88,11 @@ def prometheus_rule(
 
 
 _ANNOTATIONS = ("summary", "description", "runbook_url")
+#: The monitoring mixins' conventions (kubernetes-mixin, mixtool lint).
+SEVERITIES = ("info", "warning", "critical")
+MAX_ALERT_NAME = 40
+MAX_RULES_PER_GROUP = 20
+_CAMEL_CASE = re.compile(r"[A-Z][A-Za-z0-9]*")  # (acronyms allowed: KubeAPIDown)
 
 
 def github_anchor(heading: str) -> str:
@@ -97,7 +102,12 @@ def github_anchor(heading: str) -> str:
 
 
 def check_rules(rules: Mapping[str, Any], known: Iterable[str], runbook: str | None) -> list[str]:
-    """Problems in a parsed alert rules file; *runbook* is docs/alerts.md's text, if at hand."""
+    """Problems in a parsed alert rules file; *runbook* is docs/alerts.md's text, if at hand.
+
+    Besides the metric names and the runbook links, the monitoring mixins' conventions:
+    CamelCase alert names of at most 40 characters, ``severity`` one of info, warning or
+    critical, a plain ``summary`` (no template) and a templated ``description``, at most 20
+    rules a group."""
     known = frozenset(known)
     problems: list[str] = []
     anchors = (
@@ -107,6 +117,8 @@ def check_rules(rules: Mapping[str, Any], known: Iterable[str], runbook: str | N
     )
     alerts = 0
     for group in rules.get("groups", []):
+        if len(group.get("rules", [])) > MAX_RULES_PER_GROUP:
+            problems.append(f"group {group.get('name')}: over {MAX_RULES_PER_GROUP} rules")
         for rule in group.get("rules", []):
             name = rule.get("alert") or rule.get("record") or "?"
             expr = str(rule.get("expr", ""))
@@ -126,8 +138,17 @@ def check_rules(rules: Mapping[str, Any], known: Iterable[str], runbook: str | N
                 problems.append(f"{name}: runbook_url must be {RUNBOOK_BASE}#<anchor>")
             elif anchors is not None and anchor not in anchors:
                 problems.append(f"{name}: docs/alerts.md has no heading with anchor #{anchor}")
-            if "severity" not in (rule.get("labels") or {}):
+            severity = (rule.get("labels") or {}).get("severity")
+            if severity is None:
                 problems.append(f"{name}: no severity label")
+            elif severity not in SEVERITIES:
+                problems.append(f"{name}: severity must be one of {', '.join(SEVERITIES)}")
+            if not _CAMEL_CASE.fullmatch(name) or len(name) > MAX_ALERT_NAME:
+                problems.append(f"{name}: the name must be CamelCase, {MAX_ALERT_NAME} at most")
+            if "{{" in str(annotations.get("summary", "")):
+                problems.append(f"{name}: the summary must be a plain sentence (no template)")
+            if annotations.get("description") and "{{" not in str(annotations["description"]):
+                problems.append(f"{name}: the description must say which series (a template)")
     if alerts == 0:
         problems.append("no alerting rules")
     return problems
