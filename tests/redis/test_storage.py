@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from typing import Any
 
 import pytest
@@ -67,6 +68,20 @@ async def test_prefixes_keep_apps_apart(make_registry: MakeRegistry) -> None:
         assert (await two.stats()).rows == {}
     finally:
         await one.clear(5, scope="s")
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://127.0.0.1:6379/0", "redis+cluster://"),  # names every accepted scheme
+        ("localhost:6379", "rediss://"),
+        ("redis://127.0.0.1:6379/notanumber", "must be a number"),  # was db 0, silently
+        ("unix:///tmp/redis.sock?db=x", "not a usable Redis URL"),
+    ],
+)
+def test_a_bad_url_is_a_configuration_error_that_says_what_is_accepted(url: str, says: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(says)):
+        RedisStorage.from_url(url)
 
 
 def test_prefix_may_not_contain_braces() -> None:

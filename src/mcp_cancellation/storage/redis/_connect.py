@@ -3,6 +3,7 @@ blocking pool, or a cluster) and the table's identity (private)."""
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from ..._extras import requires
@@ -15,7 +16,7 @@ with requires("redis", "RedisStorage"):
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialBackoff, NoBackoff
 
-__all__ = ["client_from_url", "table_identity"]
+__all__ = ["SCHEMES", "check_url", "client_from_url", "table_identity"]
 
 #: Connections per cluster node beyond the calls a worker runs at once: the listener's
 #: slot lookup and redis-py's script loads.
@@ -49,19 +50,42 @@ def client_from_url(
         return client, max_connections
     if is_cluster_url(url):
         raise ConfigurationError(f"{url!r} is a cluster URL but cluster=False")
+    check_url(url)
     # A blocking pool: a burst waits for one of max_connections (within the timeout)
     # instead of opening connections without bound.
-    pool = BlockingConnectionPool.from_url(
-        url,
-        max_connections=max_connections,
-        timeout=timeout,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=connect_timeout,
-        retry=Retry(NoBackoff(), retries),
-        decode_responses=False,
-        **client_kwargs,
-    )
+    try:
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=timeout,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=connect_timeout,
+            retry=Retry(NoBackoff(), retries),
+            decode_responses=False,
+            **client_kwargs,
+        )
+    except ValueError as exc:  # what redis-py says of a URL it cannot read
+        raise ConfigurationError(f"not a usable Redis URL: {url!r} ({exc})") from exc
     return Redis.from_pool(pool), None
+
+
+#: The URL schemes RedisStorage.from_url() accepts.
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+
+
+def check_url(url: str) -> None:
+    """Refuse, naming what is accepted, a URL redis-py would refuse with a bare
+    ``ValueError`` or read wrongly (``redis://host/notanumber`` silently used database 0)."""
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme.lower() not in SCHEMES:
+        accepted = ", ".join(f"{s}://" for s in SCHEMES)
+        raise ConfigurationError(f"not a Redis URL: {url!r} (accepted: {accepted})")
+    if scheme.lower() in ("redis", "rediss"):
+        path = urllib.parse.urlsplit(url).path.strip("/")
+        if path and not path.isdigit():
+            raise ConfigurationError(
+                f"the database in {url!r} must be a number (redis://host:port/<db>), not {path!r}"
+            )
 
 
 def table_identity(client: Redis | RedisCluster, prefix: str) -> str:
