@@ -4,6 +4,7 @@ points (injected providers)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -369,6 +370,24 @@ async def test_a_failing_receiver_never_breaks_cancel(
         await registry.cancel(1, "stop", "ip:192.0.2.1")
     assert await registry.is_cancelled(1, "ip:192.0.2.1")
     assert "exporter exploded" in caplog.text
+
+
+async def test_disabled_limits_export_no_point_and_no_warning(
+    make_registry: MakeRegistry,
+    tracer_provider: TracerProvider,
+    meter_provider: MeterProvider,
+    metric_reader: InMemoryMetricReader,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``max_rows=None`` reads +Inf in Prometheus; OpenTelemetry takes finite values only
+    (its SDK warns "non-finite value" at every collection), so the limit has no point."""
+    registry: CancellationRegistry = make_registry(max_rows=None, max_rows_per_scope=None)
+    otel.instrument(registry, tracer_provider=tracer_provider, meter_provider=meter_provider)
+    caplog.set_level(logging.WARNING)
+    for _ in range(2):
+        assert points(metric_reader, "mcp_cancellation.max_rows", zeros=True) == {}
+        assert points(metric_reader, "mcp_cancellation.max_rows_per_scope", zeros=True) == {}
+    assert "non-finite" not in caplog.text
 
 
 async def test_row_gauges_for_one_registry(

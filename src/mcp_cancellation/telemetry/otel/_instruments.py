@@ -4,6 +4,7 @@ registries on one meter share."""
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Iterable
@@ -138,6 +139,10 @@ class GaugeMembers:
             for name, points in gauge_values(state):
                 if name == self.name:
                     for values, value in points:
+                        if not math.isfinite(value):
+                            # A disabled limit (+Inf in Prometheus): OpenTelemetry takes
+                            # finite values only (its SDK warns at every collection).
+                            continue
                         attributes = dict(zip(self.labels, values, strict=True))
                         observations.append(Observation(value, attributes))
         return observations
