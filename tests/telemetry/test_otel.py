@@ -166,6 +166,20 @@ async def test_cleanup_span_spans_the_pass(
     }
 
 
+@pytest.mark.usefixtures("instrumented")
+async def test_a_cleanup_pass_that_removed_nothing_leaves_no_span(
+    registry: CancellationRegistry,
+    span_exporter: InMemorySpanExporter,
+    metric_reader: InMemoryMetricReader,
+) -> None:
+    """The janitor runs every minute on every worker: an idle pass is not a trace."""
+    assert await registry.cleanup(ttl=300) == (0, 0)
+    assert by_name(span_exporter.get_finished_spans(), otel.SPAN_CLEANUP) == []
+    await registry.cancel(1, None, "ip:192.0.2.1")
+    assert await registry.cleanup(ttl=1e-9) == (1, 0)
+    assert len(by_name(span_exporter.get_finished_spans(), otel.SPAN_CLEANUP)) == 1
+
+
 async def test_a_flood_batch_leaves_the_span_room(
     make_registry: MakeRegistry,
     tracer_provider: TracerProvider,

@@ -222,7 +222,9 @@ class OpenTelemetryBridge(Bridge):
         if self._elsewhere(sender):
             return
         attributes = {REMOVED: removed, IN_FLIGHT_REMOVED: in_flight_removed}
-        if start_time_ns is not None and duration is not None:
+        if not (removed or in_flight_removed):
+            pass  # a pass that removed nothing is no trace worth keeping (its duration is)
+        elif start_time_ns is not None and duration is not None:
             end = start_time_ns + max(0, round(duration * 1e9))
             span = self.tracer.start_span(
                 SPAN_CLEANUP, attributes=attributes, start_time=start_time_ns
