@@ -4,6 +4,7 @@ work ended), and nothing else logs a traceback for it: not the SDK, not FastMCP.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 
 import anyio
@@ -11,7 +12,7 @@ import httpx
 import pytest
 
 from ..support import async_wait_until
-from .conftest import SSE_AND_JSON, STREAM_CANCEL_TIMEOUT, Serve, call_body, cancel_body
+from .conftest import SSE_AND_JSON, STREAM_CANCEL_TIMEOUT, Harness, Serve, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 
@@ -81,10 +82,16 @@ async def test_a_cancelled_call_logs_one_line_and_no_traceback(
     await harness.wait_empty()  # the handler ended: its line is written
     (line,) = records.cancellations()  # exactly one
     assert line.startswith(
-        "cancelled request 'job-7' (scope kind ip, reason 'user pressed stop'): stopped "
+        "cancelled request 'job-7' (scope kind ip, reason 'user pressed stop', "
+        f"{_worker(harness)}): stopped "
     ), line
     assert line.endswith(" s after the cancellation")
     assert records.tracebacks() == []
+
+
+def _worker(harness: Harness) -> str:
+    """Which worker served the call, as the line names it."""
+    return f"worker {harness.registry.instance_id} pid {os.getpid()}"
 
 
 async def test_a_tool_that_ignores_cancellation_is_killed_after_a_disconnect(
@@ -105,7 +112,8 @@ async def test_a_tool_that_ignores_cancellation_is_killed_after_a_disconnect(
     await async_wait_until(lambda: len(records.cancellations()) == 1)
     (line,) = records.cancellations()
     assert line.startswith(
-        "cancelled request '9' (scope kind ip, reason 'client disconnected'): killed "
+        f"cancelled request '9' (scope kind ip, reason 'client disconnected', {_worker(harness)}): "
+        "killed "
     ), line
     after = float(line.rsplit(" s after", 1)[0].rsplit(" ", 1)[1])
     assert after >= STREAM_CANCEL_TIMEOUT  # the kill came stream_cancel_timeout later
@@ -131,6 +139,7 @@ async def test_a_tool_that_finishes_anyway_is_logged_as_completed(
     await harness.wait_empty()
     (line,) = records.cancellations()
     assert line.startswith(
-        "cancelled request '4' (scope kind ip, reason 'too slow'): completed anyway "
+        f"cancelled request '4' (scope kind ip, reason 'too slow', {_worker(harness)}): "
+        "completed anyway "
     ), line
     assert records.tracebacks() == []

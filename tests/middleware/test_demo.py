@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from typing import Any
@@ -213,7 +214,8 @@ async def test_printed_recipe_cancels_slow_count(
     await async_wait_until(lambda: len(_cancellation_lines(caplog)) == 1)
     (line,) = _cancellation_lines(caplog)
     assert line.startswith(
-        "cancelled request '1' (scope kind ip, reason 'changed my mind'): stopped "
+        "cancelled request '1' (scope kind ip, reason 'changed my mind', "
+        f"worker {registry.instance_id} pid {os.getpid()}): stopped "
     ), line
     assert metrics.status_code == 200
     assert 'mcp_cancellation_cancelled_total{scope_kind="ip"} 1.0' in metrics.text

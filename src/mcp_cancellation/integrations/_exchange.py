@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -243,10 +244,12 @@ class Exchange:
             "" if at is None else f" {max(0.0, time.monotonic() - at):.2f} s after the cancellation"
         )
         logger.info(
-            "cancelled request %r (scope kind %s, reason %r): %s%s",
+            "cancelled request %r (scope kind %s, reason %r, worker %s pid %d): %s%s",
             token.request_id,
             scope_kind(token.scope),
             token.reason,
+            self.middleware.registry.instance_id,
+            os.getpid(),
             "completed anyway" if outcome == "completed" else outcome,
             after,
         )
