@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -133,6 +134,38 @@ async def test_sdk_server_middleware_without_decorator(start: Start) -> None:
             url, json=call_body(2, "failing", {"seconds": 1}), headers=SSE_AND_JSON
         )
     assert final_message(response)["result"]["isError"] is True
+
+
+async def test_sdk_server_middleware_keeps_a_cancelled_tool_out_of_the_error_log(
+    start: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without the decorator the SDK logs a tool that raised RequestCancelled as an
+    unexpected exception, with its traceback (124 lines through its rich handler); the
+    server middleware drops that record. An ordinary failure is still logged."""
+    from mcp.server.mcpserver import MCPServer
+
+    caplog.set_level(logging.INFO, "mcp.server.mcpserver")
+    log = ToolLog()
+    server = MCPServer("quiet", log_level="INFO", middleware=[CancellationServerMiddleware()])
+
+    @server.tool()
+    async def undecorated(seconds: float) -> str:
+        log.mark("t", "started")
+        while not cancelled():  # noqa: ASYNC110 - the flag is flipped by another request
+            await anyio.sleep(0.02)
+        raise RequestCancelled("stop")
+
+    @server.tool()
+    async def failing(seconds: float) -> str:
+        raise ValueError("an ordinary failure")
+
+    url = start(server.streamable_http_app(stateless_http=True, json_response=True))
+    answer = await call_and_cancel(url, log, "undecorated")
+    assert answer["error"]["code"] == REQUEST_CANCELLED
+    assert [r for r in caplog.records if "undecorated" in r.getMessage()] == []
+    async with httpx.AsyncClient(timeout=20) as http:
+        await http.post(url, json=call_body(2, "failing", {"seconds": 1}), headers=SSE_AND_JSON)
+    assert any("failing" in r.getMessage() and r.exc_info for r in caplog.records)
 
 
 async def test_fastmcp_tool_returning_normally_keeps_its_result(start: Start) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -109,14 +110,42 @@ def cancellable(fn: F) -> F:
     return cast("F", wrapper)
 
 
+#: The SDK logger that reports a tool's exception as unexpected, with its traceback.
+_SDK_TOOL_LOGGER = "mcp.server.mcpserver.server"
+
+
+def _raised_by_cancellation(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, RequestCancelled):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+class _QuietCancellations(logging.Filter):
+    """Drops the SDK's "raised an unexpected exception" record of a tool that stopped
+    because its request was cancelled: that is the expected way to stop."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and _raised_by_cancellation(record.exc_info[1]))
+
+
 class CancellationServerMiddleware:
     """SDK server middleware (``MCPServer(middleware=[...])`` or ``Server.middleware``):
     a ``tools/call`` that fails while its request is cancelled answers ``-32800``.
 
-    Covers tools that raise :class:`RequestCancelled` without :func:`cancellable` (the SDK
-    first turns the exception into an error result, logging it as unexpected; prefer the
-    decorator to keep logs quiet). A tool that returns normally keeps its result.
+    Covers tools that raise :class:`RequestCancelled` without :func:`cancellable`: the SDK
+    turns the exception into an error result and logs it as unexpected, with its
+    traceback; this middleware answers ``-32800`` instead and keeps that record out of the
+    log (a filter on the SDK's logger, added once). A tool that returns normally keeps its
+    result.
     """
+
+    def __init__(self) -> None:
+        sdk_logger = logging.getLogger(_SDK_TOOL_LOGGER)
+        if not any(isinstance(f, _QuietCancellations) for f in sdk_logger.filters):
+            sdk_logger.addFilter(_QuietCancellations())
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
