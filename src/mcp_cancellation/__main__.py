@@ -36,19 +36,26 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(module_name, __package__)
         except ImportError as exc:  # an optional extra is missing
-            sub = subparsers.add_parser(name, help=f"(unavailable: {exc})")
+            # (No options, not even --help: main() answers with the missing extra, not
+            # "unrecognized arguments: --port".)
+            sub = subparsers.add_parser(name, help=f"(unavailable: {exc})", add_help=False)
             sub.set_defaults(_missing=str(exc))
             continue
         module.add_parser(subparsers)
+        sub = subparsers.choices[name]
+        if sub.description:  # docstrings are reST: ``code`` reads as `code` in a terminal
+            sub.description = sub.description.replace("``", "`")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
     missing = getattr(args, "_missing", None)
     if missing is not None:
         parser.error(missing)  # e.g. "... needs the mcp extra: pip install ..."
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     result: int = args.run(args)
     return result
 

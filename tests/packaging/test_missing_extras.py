@@ -75,13 +75,15 @@ def test_a_missing_extra_names_what_to_install(
     assert feature in message
 
 
-def test_the_command_names_the_extra_of_a_subcommand(bare_venv: Path) -> None:
+@pytest.mark.parametrize("arguments", [[], ["--port", "8130"], ["--help"]])
+def test_the_command_names_the_extra_of_a_subcommand(bare_venv: Path, arguments: list[str]) -> None:
     command = bare_venv.parent / "mcp-cancellation"
     done = subprocess.run(
-        [str(command), "demo"], capture_output=True, text=True, timeout=60, check=False
+        [str(command), "demo", *arguments], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 2
     assert "needs the mcp extra: pip install 'mcp-cancellation[mcp]'" in done.stderr
+    assert "unrecognized arguments" not in done.stderr
     help_text = subprocess.run(
         [str(command), "--help"], capture_output=True, text=True, timeout=60, check=True
     )
