@@ -3,6 +3,8 @@ stop when their client leaves."""
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 import httpx
 import pytest
@@ -88,3 +90,24 @@ async def test_storage_down_disconnect_still_stops_the_tool(
     assert [c["method"] for c in harness.cancellations] == ["disconnect"]
     storage.down = False
     await harness.wait_empty()
+
+
+@pytest.mark.redis
+async def test_a_storage_down_at_start_up_is_reported_before_any_request(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    from mcp_cancellation.storage.redis import RedisStorage
+
+    from ..support import async_wait_until, free_port
+
+    caplog.set_level(logging.WARNING, "mcp_cancellation")
+    storage = RedisStorage.from_url(
+        f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.5, connect_timeout=0.5, timeout=1
+    )
+    registry = CancellationRegistry(storage, janitor_interval=None)
+    try:
+        serve("sdk", json_response=True, registry=registry)  # its lifespan has started
+        await async_wait_until(lambda: "Redis storage unavailable" in caplog.text, within=10)
+        assert "Connection refused" in caplog.text or "Errno 111" in caplog.text
+    finally:
+        await registry.aclose()

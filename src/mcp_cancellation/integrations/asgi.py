@@ -143,6 +143,7 @@ class CancellationMiddleware:
                 f"disconnect_cancels must be 'auto' or 'always', not {disconnect_cancels!r}"
             )
         self.disconnect_cancels = disconnect_cancels
+        self._checks: set[asyncio.Task[None]] = set()
         if isinstance(trusted_proxies, str):
             trusted_proxies = (trusted_proxies,)
         proxies: list[str] = []
@@ -308,6 +309,9 @@ class CancellationMiddleware:
             kind = message.get("type")
             if kind == "lifespan.startup":
                 registry.start_janitor()
+                # In the background (a stalled storage must not hold the start-up): a
+                # storage that is down is reported now, not at the first request.
+                self._checks.add(asyncio.get_running_loop().create_task(self._check_storage()))
             elif kind == "lifespan.shutdown":
                 try:
                     if self._owns_registry:
@@ -319,6 +323,18 @@ class CancellationMiddleware:
             return message
 
         await self.app(scope, lifespan_receive, send)
+
+    async def _check_storage(self) -> None:
+        try:
+            await self.registry.storage.ping()
+        except StorageUnavailable:
+            pass  # the storage has logged it, with the cause
+        except Exception:  # a storage's own bug: say so, never fail the start-up
+            logger.exception("checking the cancellation storage at start-up failed")
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._checks.discard(task)
 
     # -- POST on the MCP path ------------------------------------------------------------
 

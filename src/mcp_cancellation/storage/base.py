@@ -321,6 +321,13 @@ class Storage(abc.ABC):
         """:meth:`finish`, without waiting."""
         raise NotImplementedError(f"{type(self).__name__} is not synchronous")
 
+    async def ping(self) -> None:  # noqa: B027 - optional hook
+        """Check that the storage answers; raise
+        :class:`~mcp_cancellation.StorageUnavailable` if it does not (and report it as a
+        storage that can fail does). The middleware calls it at start-up, so that a storage
+        that is down is reported then, not at the first request. In-process storages
+        always answer."""
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections and background tasks."""
 

@@ -354,6 +354,11 @@ class RedisStorage(Storage):
         """Whether a call of this storage failed within the grace period."""
         return self._health.failed_within(self._grace)
 
+    async def ping(self) -> None:
+        """A ``PING`` within the storage's bounds (its failure is logged once, with the
+        cause, and sent as ``storage.error``)."""
+        await self._home.call(self._redis.ping, "heartbeat")
+
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
         await self._settle()
         value = await self._home.call(
