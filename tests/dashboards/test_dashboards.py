@@ -314,3 +314,15 @@ def test_export_with_another_selector_and_datasource(tmp_path: Path, selector: s
         if selector:
             assert all(selector in e for e in exprs)
         assert '"uid": "prometheus-main"' in path.read_text(encoding="utf-8")
+        # No job or instance variable that no query would use.
+        names = [v["name"] for v in document["templating"]["list"]]
+        assert names == ["datasource", "storage"]
+
+
+def test_a_variable_no_query_uses_is_a_problem() -> None:
+    document = json.loads(next(iter(dashboards.dashboards(dashboards.DashboardConfig()).values())))
+    document["templating"]["list"].append(
+        {"name": "region", "type": "query", "definition": "label_values(up, region)"}
+    )
+    problems = dashboards.check_dashboard(document, dashboards.known_metric_names())
+    assert "variable region: no query uses it" in problems

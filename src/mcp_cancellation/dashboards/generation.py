@@ -40,6 +40,10 @@ def _variables(config: DashboardConfig) -> list[dict[str, Any]]:
             "hide": 0,
         }
 
+    # The job and instance variables exist only while the selector uses them (a selector
+    # such as job="mcp" leaves them out: a control that changes nothing confuses).
+    selector = config.selector
+    uses_job = "$job" in selector
     return [
         {
             "name": "datasource",
@@ -54,17 +58,30 @@ def _variables(config: DashboardConfig) -> list[dict[str, Any]]:
             "multi": False,
             "hide": 0,
         },
-        query_var("job", "Job", "label_values(mcp_cancellation_max_rows_per_scope, job)"),
-        query_var(
-            "instance",
-            "Instance",
-            'label_values(mcp_cancellation_max_rows_per_scope{job=~"$job"}, instance)',
+        *(
+            [query_var("job", "Job", "label_values(mcp_cancellation_max_rows_per_scope, job)")]
+            if uses_job
+            else []
+        ),
+        *(
+            [
+                query_var(
+                    "instance",
+                    "Instance",
+                    "label_values(mcp_cancellation_max_rows_per_scope"
+                    + ('{job=~"$job"}' if uses_job else "")
+                    + ", instance)",
+                )
+            ]
+            if "$instance" in selector
+            else []
         ),
         query_var(
             "storage",
             "Table",
-            'label_values(mcp_cancellation_storage_up{job=~"$job", instance=~"$instance"}, '
-            "storage)",
+            f"label_values(mcp_cancellation_storage_up{{{selector}}}, storage)"
+            if selector
+            else "label_values(mcp_cancellation_storage_up, storage)",
         ),
     ]
 

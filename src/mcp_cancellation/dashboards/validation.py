@@ -110,6 +110,16 @@ def check_dashboard(
                 f"variable {variable.get('name')}: unknown metric {m}"
                 for m in sorted(metric_names_in(definition) - known)
             ]
+    # A variable no query uses (a panel's, or another variable's) is a control that does
+    # nothing (the mixins' lint): say so.
+    used = " ".join(
+        [str(t.get("expr", "")) for p in _all_panels(document) for t in p.get("targets") or []]
+        + [str(v.get("definition", "")) for v in variables]
+    )
+    for variable in variables:
+        name = variable.get("name")
+        if name != "datasource" and not re.search(rf"\$(?:{name}\b|\{{{name}[}}:])", used):
+            problems.append(f"variable {name}: no query uses it")
     ids: set[int] = set()
     for panel in _all_panels(document):
         title = panel.get("title", "?")
