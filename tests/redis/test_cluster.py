@@ -16,6 +16,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from mcp_cancellation import CancellationRegistry, ConfigurationError, StorageUnavailable, signals
 from mcp_cancellation.storage.redis import RedisStorage
+from mcp_cancellation.storage.redis._cluster import cluster_client_supported
 from mcp_cancellation.telemetry.prometheus import metrics_app
 
 from ..support import HeldRequest, RedisClusterServers, RedisServer, async_wait_until
@@ -65,6 +66,25 @@ async def test_from_url_builds_a_cluster_client_and_workers_share_the_table(
         for registry in registries:
             await registry.aclose()
         await own_client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("version", "supported"),
+    [
+        ("5.0.8", False),
+        ("7.4.0", False),
+        ("8.0.0", False),
+        ("8.1.0", False),
+        ("8.2.0", True),
+        ("8.10.1", True),
+        ("9.0.0b1", True),
+    ],
+)
+def test_a_cluster_needs_redis_py_8_2(version: str, supported: bool) -> None:
+    """8.0 and 8.1 have sharded pub/sub but a cluster client that breaks connections under
+    concurrent calls (reproduced with 8.1.0: an AttributeError on a half-open connection);
+    a single server works with every redis-py the extra admits."""
+    assert cluster_client_supported(version) is supported
 
 
 @pytest.mark.parametrize(

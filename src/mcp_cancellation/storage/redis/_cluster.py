@@ -10,7 +10,9 @@ again after every failover or slot move.
 
 redis-py's asyncio ``RedisCluster`` routes the scripts by their first key. Its own
 ``ClusterPubSub`` is not used: a plain connection to the slot's master, subscribed with
-``PubSub.ssubscribe`` (asyncio, redis-py >= 8; 8.0 and 8.1 are excluded for a cluster bug),
+``PubSub.ssubscribe`` (asyncio, redis-py >= 8.2: the cluster client of 8.0 and 8.1 breaks
+connections under concurrent calls, so :func:`is_cluster` refuses them; a single server
+works with every redis-py from 5.0),
 is all the listener needs, and it already reconnects and resynchronises after any loss.
 """
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLUSTER_SCHEMES",
     "ShardSubscription",
+    "cluster_client_supported",
     "cluster_identity",
     "is_cluster",
     "is_cluster_url",
@@ -44,18 +47,28 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
 def is_cluster(client: object) -> bool:
-    """Whether *client* is redis-py's asyncio cluster client (which then must be recent
-    enough for sharded pub/sub: its asyncio ``PubSub.ssubscribe`` came in redis-py 8)."""
+    """Whether *client* is redis-py's asyncio cluster client, which then must be redis-py
+    8.2 or later: sharded pub/sub came in 8.0, and the cluster client of 8.0 and 8.1
+    breaks connections under concurrent calls (a ``NoneType`` write on a connection it is
+    still opening)."""
     if not isinstance(client, RedisCluster):
         return False
-    from redis.asyncio.client import PubSub
-
-    if not hasattr(PubSub, "ssubscribe"):
-        found = importlib.metadata.version("redis")
+    found = importlib.metadata.version("redis")
+    if not cluster_client_supported(found):
         raise ConfigurationError(
-            f"a Redis Cluster needs redis-py >= 8.2 (sharded pub/sub); found {found}"
+            f"a Redis Cluster needs redis-py >= 8.2 (sharded pub/sub, and a cluster client "
+            f"that survives concurrent calls); found {found}: pip install 'redis>=8.2'"
         )
     return True
+
+
+def cluster_client_supported(version: str) -> bool:
+    """Whether redis-py *version* (``"8.2.0"``) has a cluster client the storage can use."""
+    parts = []
+    for part in version.split(".")[:2]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts) >= (8, 2)
 
 
 def is_cluster_url(url: str) -> bool:
