@@ -3,6 +3,7 @@ loopback OTLP/HTTP receiver, which decodes the protobuf; the documented names ar
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import threading
 from collections.abc import Iterator
@@ -134,7 +135,10 @@ async def test_spans_and_metrics_arrive_over_otlp_http(receiver: Receiver) -> No
             async with registry.request(7, "ip:192.0.2.9", tool="stubborn") as token:
                 await registry.cancel_in_flight(7, None, "ip:192.0.2.9")
                 await async_wait_until(lambda: token in registry.ignoring(), within=10)
-        await registry.cleanup()  # a pass that removes nothing: the table keeps its rows
+        # A pass that removes only a dead owner's in-flight row (the table keeps its
+        # cancellation rows; a pass that removes nothing exports no span).
+        await asyncio.create_task(registry.track(9, "ip:192.0.2.50"))
+        assert await registry.cleanup() == (0, 1)
         assert tracer_provider.force_flush()
         assert meter_provider.force_flush()
         wait_until(lambda: receiver.traces and receiver.metrics, timeout=20)
