@@ -19,7 +19,12 @@ from mcp_cancellation import CancellationRegistry, MemoryStorage, Storage
 
 from .support import RedisClusterServers, RedisServer, Registries, ServerLog, server_log_tails
 
-BACKENDS = ["memory", "redis", pytest.param("redis-cluster", marks=pytest.mark.cluster)]
+#: Every leg that needs a Redis is marked: ``-m "not redis"`` leaves memory alone.
+BACKENDS = [
+    "memory",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis-cluster", marks=[pytest.mark.redis, pytest.mark.cluster]),
+]
 
 MakeRegistry = Callable[..., CancellationRegistry]
 
