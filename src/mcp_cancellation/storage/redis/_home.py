@@ -155,17 +155,27 @@ class HomeLoop:
             self.health.failed(operation, error)
             raise error from exc
 
-    async def at_home(self, fn: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """Run a multi-step operation (cleanup, resync) on the home loop."""
+    async def at_home(
+        self, fn: Callable[[], Coroutine[Any, Any, T]], within: float | None = None
+    ) -> T:
+        """Run *fn()* on the home loop (now, if this is it). From another thread's loop, at
+        most *within* seconds when given: a home loop that stops meanwhile is then
+        :class:`~mcp_cancellation.StorageUnavailable`, not a wait without end."""
         loop = asyncio.get_running_loop()
         if self.loop is None:
             self.loop = loop
         if loop is self.loop:
             return await fn()
-        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(
-            fn(), self._running_home()
-        )
-        return await asyncio.wrap_future(future)
+        home = self._running_home()  # (before fn(): a coroutine never run is a leak)
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(fn(), home)
+        if within is None:
+            return await asyncio.wrap_future(future)
+        try:
+            async with asyncio.timeout(within):
+                return await asyncio.wrap_future(future)
+        except TimeoutError as exc:
+            future.cancel()
+            raise StorageUnavailable("the Redis storage's event loop did not answer") from exc
 
     def from_thread(self, read: Callable[[], Coroutine[Any, Any, T]], timeout: float) -> T | None:
         """The result of *read()* run on the home loop, for a caller on another thread that

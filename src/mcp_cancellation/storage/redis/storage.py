@@ -372,23 +372,28 @@ class RedisStorage(Storage):
     async def _settle(self) -> None:
         """Let this worker's queued writes reach Redis first (bounded): a read then sees
         them."""
-        await self._home.at_home(functools.partial(self._journal.settle, self.timeout))
+        await self._home.at_home(
+            functools.partial(self._journal.settle, self.timeout), self.timeout * 2
+        )
 
     # -- in-flight rows ----------------------------------------------------------------
 
     async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
         """Hold *token* here (pushed cancellations flip it from now on) and track it in
         Redis, waiting at most ``max_wait``: past it the track is sent when Redis answers."""
-        await self._home.at_home(functools.partial(self._journal.track, (scope, key, owner), token))
+        track = functools.partial(self._journal.track, (scope, key, owner), token)
+        await self._home.at_home(track, self.timeout * 2)
 
     async def untrack(self, scope: str, key: str, owner: str) -> None:
-        await self._home.at_home(functools.partial(self._journal.finish, (scope, key, owner), "U"))
+        untrack = functools.partial(self._journal.finish, (scope, key, owner), "U")
+        await self._home.at_home(untrack, self.timeout * 2)
 
     async def finish(self, scope: str, key: str, owner: str) -> None:
         """Untrack *owner* and remove the cancellation row in one write. It rides with the
         next track (or goes after 10 ms); the caller waits for it at most ``max_wait``,
         and it reaches Redis even if Redis answers later, or the caller is cancelled."""
-        await self._home.at_home(functools.partial(self._journal.finish, (scope, key, owner), "F"))
+        finish = functools.partial(self._journal.finish, (scope, key, owner), "F")
+        await self._home.at_home(finish, self.timeout * 2)
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         await self._settle()
