@@ -1,5 +1,7 @@
-"""Capacity of one shard: cancels and request lives per second on a single redis-server
-and on the Redis Cluster shard that holds the table (every key shares one hash tag).
+"""Capacity of one shard, and of three: cancels and request lives per second on a single
+redis-server, on the Redis Cluster shard that holds the table (every key shares one hash
+tag), and on a table partitioned across the cluster's three masters
+(``PartitionedRedisStorage``, ``partitions=3``).
 
 Run with ``./dev bench cluster`` (or ``python benchmarks/cluster.py``); it starts a
 redis-server and a six-node cluster (three masters, three replicas) on free loopback ports.
@@ -17,7 +19,8 @@ the achieved rate divided by that share, i.e. the rate at which the shard's one 
 would be saturated. On a 2-core machine the clients compete with Redis for the CPU, so
 the achieved rate is client-bound and the ceiling is an extrapolation: read it as an
 order of magnitude, and the cluster/single ratio measured in the same run as the
-comparison.
+comparison. For the partitioned table the figures add up the three masters, and the goal
+line prints the largest share of the script calls one master ran (goal: at most 45 %).
 """
 
 from __future__ import annotations
@@ -44,11 +47,24 @@ CONCURRENCY = 32
 SECONDS = 5.0
 
 
-def _load(url: str, prefix: str, operation: str, start_at: float, results: Any) -> None:
-    from mcp_cancellation import CancellationRegistry, RedisStorage
+#: The goal: with three masters, no master runs more than this share of the script calls.
+MAX_SHARE = 0.45
+
+
+def _load(
+    url: str, prefix: str, partitions: int, operation: str, start_at: float, results: Any
+) -> None:
+    from mcp_cancellation import CancellationRegistry, RedisStorage, Storage
+    from mcp_cancellation.storage.redis import PartitionedRedisStorage
 
     async def run() -> int:
-        storage = RedisStorage.from_url(url, prefix=prefix, max_connections=CONCURRENCY)
+        storage: Storage
+        if partitions > 1:
+            storage = PartitionedRedisStorage.from_url(
+                url, partitions=partitions, prefix=prefix, max_connections=CONCURRENCY
+            )
+        else:
+            storage = RedisStorage.from_url(url, prefix=prefix, max_connections=CONCURRENCY)
         registry = CancellationRegistry(
             storage, max_rows=10_000_000, max_rows_per_scope=None, janitor_interval=None
         )
@@ -92,50 +108,73 @@ def _server_counters(port: int) -> tuple[float, int, int]:
     return seconds, calls, usec
 
 
-def measure(url: str, port: int, prefix: str, operation: str) -> dict[str, float]:
-    """Run the load against the table *prefix* at *url*, which lives on the server at
-    *port*."""
+def measure(
+    url: str, ports: list[int], prefix: str, operation: str, partitions: int = 1
+) -> dict[str, Any]:
+    """Run the load against the table *prefix* at *url*, which lives on the servers at
+    *ports*."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     start_at = time.time() + 4.0  # every process connected and warm by then
     processes = [
-        context.Process(target=_load, args=(url, prefix, operation, start_at, results))
+        context.Process(target=_load, args=(url, prefix, partitions, operation, start_at, results))
         for _ in range(WORKERS)
     ]
     for process in processes:
         process.start()
     time.sleep(max(0.0, start_at - time.time()))
-    cpu_0, calls_0, usec_0 = _server_counters(port)
+    before = [_server_counters(port) for port in ports]
     wall_0 = time.monotonic()
     done = sum(results.get(timeout=SECONDS + 60) for _ in processes)
     wall = time.monotonic() - wall_0
-    cpu_1, calls_1, usec_1 = _server_counters(port)
+    after = [_server_counters(port) for port in ports]
     for process in processes:
         process.join(timeout=30)
     rate = done / SECONDS
-    busy = (cpu_1 - cpu_0) / wall
-    per_call = (usec_1 - usec_0) / max(1, calls_1 - calls_0)
-    return {"rate": rate, "busy": busy, "usec_per_call": per_call, "ceiling": rate / busy}
+    busy = [(a[0] - b[0]) / wall for a, b in zip(after, before, strict=True)]
+    calls = [a[1] - b[1] for a, b in zip(after, before, strict=True)]
+    usec = sum(a[2] - b[2] for a, b in zip(after, before, strict=True))
+    return {
+        "rate": rate,
+        "busy": sum(busy),
+        "usec_per_call": usec / max(1, sum(calls)),
+        "ceiling": rate / max(busy),  # the busiest server saturates first
+        "cpu_per_op": sum(busy) / rate,
+        "shares": [n / max(1, sum(calls)) for n in calls],
+    }
 
 
 def main() -> int:
     print(f"{WORKERS} client processes x {CONCURRENCY} tasks, {SECONDS:.0f} s per figure")
     with RedisServer() as server, RedisClusterServers() as cluster:
+        masters = sorted({cluster.master_of(f"{{k{n}}}").port for n in range(64)})
         for operation, label in (("life", "request life"), ("cancel", "cancel")):
             rates = {}
-            for target in ("single", "cluster"):
+            for target in ("single", "cluster", "3 parts"):
                 prefix = f"bench-{uuid.uuid4().hex[:8]}"
+                partitions = 1
                 if target == "single":
-                    url, port = server.url, server.port
-                else:  # the prefix's hash tag decides the slot, so the shard's master
-                    url, port = cluster.url, cluster.master_of("{" + prefix + "}:scopes").port
-                f = measure(url, port, prefix, operation)
+                    url, ports = server.url, [server.port]
+                elif target == "cluster":  # the prefix's hash tag decides the shard
+                    url = cluster.url
+                    ports = [cluster.master_of("{" + prefix + "}:scopes").port]
+                else:
+                    url, ports, partitions = cluster.url, masters, 3
+                f = measure(url, ports, prefix, operation, partitions)
                 rates[target] = f["rate"]
                 print(
                     f"  {label:<13} {target:<8} {f['rate']:9.0f} /s  redis busy {f['busy']:5.0%}"
-                    f"  {f['usec_per_call']:6.1f} us/script  {1e6 / f['ceiling']:6.1f} us CPU/op"
-                    f"  shard ceiling ~{f['ceiling']:9.0f} /s"
+                    f"  {f['usec_per_call']:6.1f} us/script  {1e6 * f['cpu_per_op']:6.1f} us CPU/op"
+                    f"  ceiling ~{f['ceiling']:9.0f} /s"
                 )
+                if partitions > 1:
+                    share = max(f["shares"])
+                    mark = "PASS" if share <= MAX_SHARE else "FAIL"
+                    shares = " ".join(f"{n:.0%}" for n in f["shares"])
+                    print(
+                        f"  {label:<13} script calls per master {shares}; goal: busiest"
+                        f" <= {MAX_SHARE:.0%}: {share:.0%} {mark}"
+                    )
             ratio = rates["cluster"] / rates["single"]
             print(f"  {label:<13} cluster / single achieved rate: {ratio:5.2f}x")
     return 0

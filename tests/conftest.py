@@ -2,9 +2,10 @@
 matrix.
 
 Every registry semantic test takes ``make_registry`` (or ``registry``) and so runs once per
-backend in ``BACKENDS``: the in-memory storage, a real ``redis-server`` and a real Redis
-Cluster (three masters, three replicas), both started once per session on free loopback
-ports. Redis tests get a fresh key prefix each, so they never see each other's rows.
+backend in ``BACKENDS``: the in-memory storage, a real ``redis-server``, a real Redis
+Cluster (three masters, three replicas) and the same cluster with the table partitioned
+across its three masters, the servers started once per session on free loopback ports.
+Redis tests get a fresh key prefix each, so they never see each other's rows.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import pytest
 
 from mcp_cancellation import CancellationRegistry, MemoryStorage, Storage
 
-from .support import RedisClusterServers, RedisServer, Registries, ServerLog, server_log_tails
-
-#: Every leg that needs a Redis is marked: ``-m "not redis"`` leaves memory alone.
-BACKENDS = [
-    "memory",
-    pytest.param("redis", marks=pytest.mark.redis),
-    pytest.param("redis-cluster", marks=[pytest.mark.redis, pytest.mark.cluster]),
-]
+from .support import (
+    BACKENDS,
+    RedisClusterServers,
+    RedisServer,
+    Registries,
+    ServerLog,
+    server_log_tails,
+)
 
 MakeRegistry = Callable[..., CancellationRegistry]
 
@@ -93,7 +94,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 def redis_url(backend: str, request: pytest.FixtureRequest) -> str:
     """The URL of the session's server of a Redis *backend* (``redis``, ``redis-cluster``)."""
-    if backend == "redis-cluster":
+    if backend in ("redis-cluster", "redis-partitioned"):
         cluster: RedisClusterServers = request.getfixturevalue("redis_cluster")
         return cluster.url
     server: RedisServer = request.getfixturevalue("redis_server")
@@ -106,12 +107,16 @@ def make_storage(backend: str, request: pytest.FixtureRequest) -> Callable[[], S
     if backend == "memory":
         return MemoryStorage
     url = redis_url(backend, request)
-    from mcp_cancellation.storage.redis import RedisStorage
+    from mcp_cancellation.storage.redis import PartitionedRedisStorage, RedisStorage
 
     def make() -> Storage:
         # A tiny eviction chunk: the semantic tests' batches of 3 to 5 rows then take several
         # scripts, so the whole matrix checks that a split batch keeps the exact rules.
         prefix = f"test-{uuid.uuid4().hex[:10]}"
+        if backend == "redis-partitioned":
+            return PartitionedRedisStorage.from_url(
+                url, partitions=3, prefix=prefix, eviction_chunk=2
+            )
         return RedisStorage.from_url(url, prefix=prefix, eviction_chunk=2)
 
     return make

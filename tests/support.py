@@ -19,11 +19,30 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
+import pytest
 import uvicorn
 
 from mcp_cancellation import CancellationRegistry, RequestToken, Storage, StorageStats
 
+#: The storage matrix. Every leg that needs a Redis is marked: ``-m "not redis"`` leaves
+#: memory alone.
+BACKENDS = [
+    "memory",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("redis-cluster", marks=[pytest.mark.redis, pytest.mark.cluster]),
+    pytest.param("redis-partitioned", marks=[pytest.mark.redis, pytest.mark.cluster]),
+]
+#: The legs with one table, whose cap evicts across every scope (a partitioned table
+#: applies its share of the cap in each partition: tests/redis/test_partitioned.py).
+ONE_TABLE = [leg for leg in BACKENDS if getattr(leg, "values", (leg,))[0] != "redis-partitioned"]
+#: Runs a test on the one-table legs only.
+one_table = pytest.mark.parametrize("backend", ONE_TABLE)
+
+
 __all__ = [
+    "BACKENDS",
+    "ONE_TABLE",
+    "one_table",
     "RedisServer",
     "Registries",
     "stats_now",

@@ -49,11 +49,15 @@ logger = logging.getLogger("mcp_cancellation")
 
 
 def _default_storage() -> Storage:
-    """``RedisStorage`` when ``MCP_CANCELLATION_REDIS_URL`` is set, else memory."""
+    """``RedisStorage`` when ``MCP_CANCELLATION_REDIS_URL`` is set (partitioned when
+    ``MCP_CANCELLATION_REDIS_PARTITIONS`` is above 1), else memory."""
     url = os.environ.get("MCP_CANCELLATION_REDIS_URL", "").strip()
     if url:
-        from .storage.redis import RedisStorage
+        from .storage.redis import PartitionedRedisStorage, RedisStorage
 
+        partitions = int_limit("partitions", UNSET, "MCP_CANCELLATION_REDIS_PARTITIONS", 1)
+        if partitions is not None and partitions > 1:
+            return PartitionedRedisStorage.from_url(url, partitions=partitions)
         return RedisStorage.from_url(url)
     return MemoryStorage()
 

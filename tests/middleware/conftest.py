@@ -27,7 +27,7 @@ import pytest
 from mcp_cancellation import CancellationRegistry, StorageStats, StorageUnavailable, current_token
 from mcp_cancellation import signals as sig
 from mcp_cancellation.integrations.asgi import CancellationMiddleware
-from mcp_cancellation.storage.base import AddResult
+from mcp_cancellation.storage.base import AddResult, Storage
 from mcp_cancellation.storage.memory import MemoryStorage
 
 from ..support import UvicornThread, async_wait_until
@@ -465,16 +465,22 @@ async def refused_then_cancelled(
 
 
 @contextlib.asynccontextmanager
-async def workers_sharing(url: str, count: int = 2) -> AsyncIterator[list[CancellationRegistry]]:
-    """*count* registries on one Redis table at *url* (a fresh prefix), as *count* worker
-    processes have; closed, with their connections and background tasks, at the end."""
-    from mcp_cancellation.storage.redis import RedisStorage
+async def workers_sharing(
+    url: str, count: int = 2, partitions: int = 1
+) -> AsyncIterator[list[CancellationRegistry]]:
+    """*count* registries on one Redis table at *url* (a fresh prefix; split in
+    *partitions* if more than one), as *count* worker processes have; closed, with their
+    connections and background tasks, at the end."""
+    from mcp_cancellation.storage.redis import PartitionedRedisStorage, RedisStorage
 
     prefix = f"workers-{uuid.uuid4().hex[:8]}"
-    registries = [
-        CancellationRegistry(RedisStorage.from_url(url, prefix=prefix), janitor_interval=None)
-        for _ in range(count)
-    ]
+
+    def storage() -> Storage:
+        if partitions > 1:
+            return PartitionedRedisStorage.from_url(url, partitions=partitions, prefix=prefix)
+        return RedisStorage.from_url(url, prefix=prefix)
+
+    registries = [CancellationRegistry(storage(), janitor_interval=None) for _ in range(count)]
     try:
         yield registries
     finally:

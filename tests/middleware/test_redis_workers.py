@@ -17,12 +17,18 @@ pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 
 @pytest.mark.parametrize(
-    "backend", ["redis", pytest.param("redis-cluster", marks=pytest.mark.cluster)]
+    "backend",
+    [
+        "redis",
+        pytest.param("redis-cluster", marks=pytest.mark.cluster),
+        pytest.param("redis-partitioned", marks=pytest.mark.cluster),
+    ],
 )
 async def test_cancel_on_one_worker_stops_call_on_another(
     serve: Serve, http: httpx.AsyncClient, backend: str, request: pytest.FixtureRequest
 ) -> None:
-    async with workers_sharing(redis_url(backend, request)) as registries:
+    partitions = 3 if backend == "redis-partitioned" else 1
+    async with workers_sharing(redis_url(backend, request), partitions=partitions) as registries:
         worker_a = serve("sdk", json_response=True, registry=registries[0])
         worker_b = serve("sdk", json_response=True, registry=registries[1])
         answers: list[httpx.Response] = []

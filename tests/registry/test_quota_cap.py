@@ -11,6 +11,7 @@ from mcp_cancellation import CancellationLimitReached, CancellationRegistry
 from mcp_cancellation.signals import cancellation_evicted, cancellation_rejected
 from mcp_cancellation.storage.base import Limits
 
+from ..support import one_table
 from ._util import MakeRegistry, receiving, rows
 
 
@@ -78,6 +79,7 @@ async def test_quota_frees_up_when_a_row_is_cleared(make_registry: MakeRegistry)
     assert await _present(registry, "s", range(6)) == [1, 5]
 
 
+@one_table
 async def test_quota_is_checked_before_the_cap(make_registry: MakeRegistry) -> None:
     # The table is at its cap and scope "a" at its quota: "a" is refused, and the cap
     # evicts nothing on its behalf (it would otherwise have made room by evicting).
@@ -104,6 +106,7 @@ async def test_cancel_in_flight_is_subject_to_the_quota(make_registry: MakeRegis
 # -- cap --------------------------------------------------------------------------------
 
 
+@one_table
 async def test_cap_evicts_the_largest_scope_not_the_caller_or_a_bystander(
     make_registry: MakeRegistry,
 ) -> None:
@@ -123,6 +126,7 @@ async def test_cap_evicts_the_largest_scope_not_the_caller_or_a_bystander(
     assert await _present(registry, "caller", range(2)) == [0, 1]
 
 
+@one_table
 async def test_cap_evicts_the_callers_own_scope_when_it_is_the_largest(
     make_registry: MakeRegistry,
 ) -> None:
@@ -135,6 +139,7 @@ async def test_cap_evicts_the_callers_own_scope_when_it_is_the_largest(
     assert await registry.is_cancelled(99, scope="caller")
 
 
+@one_table
 async def test_cap_spills_into_the_next_largest_scope(make_registry: MakeRegistry) -> None:
     registry = make_registry(max_rows=100, max_rows_per_scope=None)  # batch of 5
     await _fill(registry, "second", range(3))
@@ -156,6 +161,7 @@ async def test_cap_spills_into_the_next_largest_scope(make_registry: MakeRegistr
     assert sum(counts.values()) == 96
 
 
+@one_table
 async def test_full_batch_when_every_scope_holds_one_row(make_registry: MakeRegistry) -> None:
     registry = make_registry(max_rows=40, max_rows_per_scope=None)  # batch of 2
     for n in range(40):
@@ -172,6 +178,7 @@ async def test_full_batch_when_every_scope_holds_one_row(make_registry: MakeRegi
     assert counts["caller"] == 1
 
 
+@one_table
 async def test_full_batch_when_a_single_scope_holds_the_table(
     make_registry: MakeRegistry,
 ) -> None:
@@ -182,6 +189,7 @@ async def test_full_batch_when_a_single_scope_holds_the_table(
     assert await _present(registry, "only", range(61)) == list(range(3, 61))
 
 
+@one_table
 async def test_updating_a_row_at_the_cap_evicts_nothing(make_registry: MakeRegistry) -> None:
     registry = make_registry(max_rows=20, max_rows_per_scope=None)
     await _fill(registry, "s", range(20))
@@ -270,6 +278,7 @@ async def test_40_scopes_filled_one_after_another_are_never_refused(
     assert sum((await rows(registry)).values()) <= 10_000
 
 
+@one_table
 async def test_a_flood_of_one_row_scopes_is_evicted_oldest_first(
     make_registry: MakeRegistry,
 ) -> None:
@@ -299,6 +308,7 @@ async def test_a_flood_of_one_row_scopes_is_evicted_oldest_first(
     assert evicted.kwargs[0] == {"scope": "ip:203.0.113.1", "count": 120}
 
 
+@one_table
 @pytest.mark.parametrize("size", [2, 3])
 async def test_a_flood_of_small_scopes_is_evicted_in_order(
     make_registry: MakeRegistry, size: int

@@ -10,6 +10,7 @@ from mcp_cancellation import CancellationLimitReached, CancellationRegistry, Con
 from mcp_cancellation.signals import cancellation_evicted, cancellation_rejected, request_cancelled
 from mcp_cancellation.telemetry._catalogue import near_quota_rows
 
+from ..support import one_table
 from ._util import MakeRegistry, receiving, rows
 
 
@@ -38,6 +39,7 @@ async def test_shadow_mode_counts_every_would_be_rejection_and_refuses_none(
     ]
 
 
+@one_table
 async def test_shadow_mode_still_refuses_invalid_ids_and_keeps_the_cap(
     make_registry: MakeRegistry,
 ) -> None:
@@ -99,6 +101,7 @@ async def test_a_callable_override_and_shadow_mode_together(make_registry: MakeR
     assert await rows(registry) == {"principal:carol": 5, "ip:192.0.2.1": 3}
 
 
+@one_table
 async def test_eviction_ranks_by_rows_whatever_the_quota(make_registry: MakeRegistry) -> None:
     registry = make_registry(
         max_rows=20, max_rows_per_scope=2, quota_overrides={"principal:batch": 15}

@@ -23,6 +23,7 @@ from mcp_cancellation.signals import (
     request_cancelled,
 )
 
+from ..support import one_table
 from ._util import MakeRegistry, receiving
 
 ALL = [
@@ -88,6 +89,7 @@ async def test_cancellation_rejected(make_registry: MakeRegistry) -> None:
     ]
 
 
+@one_table
 async def test_cancellation_evicted(make_registry: MakeRegistry) -> None:
     registry = make_registry(max_rows=20, max_rows_per_scope=None)
     for n in range(20):
@@ -97,6 +99,7 @@ async def test_cancellation_evicted(make_registry: MakeRegistry) -> None:
     assert got.calls == [(registry, {"scope": "big", "count": 1})]
 
 
+@one_table
 async def test_cancellation_evicted_batch(make_registry: MakeRegistry) -> None:
     """One batch signal per evicting insert: the pairs of its per-scope signals, in their
     order (largest scope first, equal sizes oldest row first), sent before them, with the
@@ -188,6 +191,7 @@ async def test_receivers_can_filter_by_sender(make_registry: MakeRegistry) -> No
     assert seen == ["1"]
 
 
+@one_table
 async def test_nothing_is_sent_when_nobody_listens(
     make_registry: MakeRegistry, monkeypatch: pytest.MonkeyPatch
 ) -> None:

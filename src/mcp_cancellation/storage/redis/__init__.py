@@ -40,6 +40,10 @@ sharded subscription), :mod:`._home` (the home loop, bounds and error translatio
 :mod:`._journal` (this worker's tokens and the writes it owes Redis, the resync),
 :mod:`._push` (listener, heartbeat) and :mod:`.storage` (the operations).
 
+:class:`PartitionedRedisStorage` splits the table by scope into several such tables whose
+hash tags fall on different slot ranges, so that the masters of a Redis Cluster share the
+load (:mod:`._partitioned`).
+
 Background tasks (listener and heartbeat) start lazily at the first call and stop in
 :meth:`aclose`. The storage belongs to one event loop, its *home*: the loop running when
 it is constructed, or else the first loop that uses it. Calls made from another thread's
@@ -51,6 +55,7 @@ must run on it. Build the storage where the application's loop runs (an ASGI lif
 
 from __future__ import annotations
 
+from ._partitioned import PartitionedRedisStorage
 from .storage import DEFAULT_PREFIX, RedisStorage
 
-__all__ = ["DEFAULT_PREFIX", "RedisStorage"]
+__all__ = ["DEFAULT_PREFIX", "PartitionedRedisStorage", "RedisStorage"]

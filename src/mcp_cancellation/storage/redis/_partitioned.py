@@ -1,0 +1,255 @@
+"""``PartitionedRedisStorage``: the table split by scope across the masters of a cluster.
+
+Each partition is a whole :class:`RedisStorage` under its own prefix, whose hash tag is
+chosen so that partition *i* lives in the *i*-th equal range of the 16 384 hash slots (the
+ranges ``redis-cli --cluster create`` gives N masters). A scope always maps to the same
+partition (CRC-32 of its name), so its quota is checked atomically, as on one table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import heapq
+import zlib
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Self
+
+from ..._extras import requires
+from ...errors import ConfigurationError
+from ..base import AddResult, Limits, Storage, StorageStats, TableSummary
+from ._connect import client_from_url, table_identity
+from .storage import DEFAULT_PREFIX, RedisStorage
+
+with requires("redis", "PartitionedRedisStorage"):
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
+    from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+if TYPE_CHECKING:
+    from ...token import RequestToken
+
+__all__ = ["PartitionedRedisStorage", "partition_prefixes"]
+
+
+def partition_prefixes(prefix: str, partitions: int) -> list[str]:
+    """The prefix of each partition: ``<prefix>.<i>.<n>`` with the smallest *n* whose hash
+    slot lies in the *i*-th of *partitions* equal slot ranges. Every process computes the
+    same list, so they all share the same partitions."""
+    found = []
+    for i in range(partitions):
+        low = i * REDIS_CLUSTER_HASH_SLOTS // partitions
+        high = (i + 1) * REDIS_CLUSTER_HASH_SLOTS // partitions
+        n = 0
+        while not low <= key_slot(f"{prefix}.{i}.{n}".encode()) < high:
+            n += 1
+        found.append(f"{prefix}.{i}.{n}")
+    return found
+
+
+class PartitionedRedisStorage(Storage):
+    """A :class:`RedisStorage` table split by scope into *partitions* tables, so that the
+    masters of a Redis Cluster share the load (one partition per master is the usual
+    choice).
+
+    A scope lives in one partition, so its quota is exact. The cap is split: partition *i*
+    holds at most ``max_rows // partitions`` rows (the remainder goes one row each to the
+    first partitions, at least one row each), and evicts, when full, from its own largest
+    scopes first, oldest rows first. The cap evicts, never refuses, so a caller under its
+    quota is always served, as with one table. Every other option is
+    :class:`RedisStorage`'s, applied to each partition; all partitions share *client*.
+    """
+
+    name = "redis"
+
+    def __init__(
+        self,
+        client: Redis | RedisCluster,
+        *,
+        partitions: int,
+        prefix: str = DEFAULT_PREFIX,
+        identity: str | None = None,
+        close_client: bool = False,
+        **options: Any,
+    ) -> None:
+        if partitions < 1:
+            raise ConfigurationError("partitions must be >= 1")
+        self.prefix = prefix
+        self._client = client
+        self._close_client = close_client
+        self._identity = identity if identity is not None else table_identity(client, prefix)
+        self.partitions: tuple[RedisStorage, ...] = tuple(
+            RedisStorage(client, prefix=part, identity=self._identity, **options)
+            for part in partition_prefixes(prefix, partitions)
+        )
+        self._limits: dict[Limits, tuple[Limits, ...]] = {}
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        partitions: int,
+        prefix: str = DEFAULT_PREFIX,
+        socket_timeout: float = 2.0,
+        connect_timeout: float = 2.0,
+        timeout: float = 5.0,
+        retries: int = 1,
+        max_connections: int = 50,
+        cluster: bool | None = None,
+        identity: str | None = None,
+        **options: Any,
+    ) -> Self:
+        """Connect as :meth:`RedisStorage.from_url` does (the same URLs and client
+        options); *options* are the storage options of :class:`RedisStorage`."""
+        client, concurrency = client_from_url(
+            url,
+            socket_timeout=socket_timeout,
+            connect_timeout=connect_timeout,
+            timeout=timeout,
+            retries=retries,
+            max_connections=max_connections,
+            cluster=cluster,
+        )
+        if concurrency is not None:
+            options.setdefault("max_concurrency", concurrency)
+        return cls(
+            client,
+            partitions=partitions,
+            prefix=prefix,
+            identity=identity,
+            close_client=True,
+            timeout=timeout,
+            **options,
+        )
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    @property
+    def available(self) -> bool:
+        """Whether every partition's last write was taken."""
+        return all(part.available for part in self.partitions)
+
+    @property
+    def client(self) -> Redis | RedisCluster:
+        return self._client
+
+    def bind(self, instance_id: str) -> None:
+        for part in self.partitions:
+            part.bind(instance_id)
+
+    def partition_of(self, scope: str) -> RedisStorage:
+        """The partition that holds *scope*'s rows."""
+        return self.partitions[zlib.crc32(scope.encode()) % len(self.partitions)]
+
+    def __repr__(self) -> str:
+        return f"<PartitionedRedisStorage prefix={self.prefix!r} partitions={len(self.partitions)}>"
+
+    def _split(self, limits: Limits) -> tuple[Limits, ...]:
+        """Each partition's share of the cap."""
+        shares = self._limits.get(limits)
+        if shares is None:
+            n = len(self.partitions)
+            if limits.max_rows is None:
+                shares = (limits,) * n
+            else:
+                base, extra = divmod(limits.max_rows, n)
+                shares = tuple(
+                    dataclasses.replace(limits, max_rows=max(1, base + (i < extra)))
+                    for i in range(n)
+                )
+            self._limits[limits] = shares
+        return shares
+
+    async def add(
+        self,
+        scope: str,
+        key: str,
+        reason: str | None,
+        *,
+        limits: Limits,
+        require_in_flight: bool = False,
+    ) -> AddResult:
+        part = self.partition_of(scope)
+        share = self._split(limits)[self.partitions.index(part)]
+        return await part.add(scope, key, reason, limits=share, require_in_flight=require_in_flight)
+
+    async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
+        return await self.partition_of(scope).get(scope, key)
+
+    async def remove(self, scope: str, key: str) -> bool:
+        return await self.partition_of(scope).remove(scope, key)
+
+    async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
+        await self.partition_of(scope).track(scope, key, owner, token)
+
+    async def untrack(self, scope: str, key: str, owner: str) -> None:
+        await self.partition_of(scope).untrack(scope, key, owner)
+
+    async def finish(self, scope: str, key: str, owner: str) -> None:
+        await self.partition_of(scope).finish(scope, key, owner)
+
+    async def is_tracked(self, scope: str, key: str) -> bool:
+        return await self.partition_of(scope).is_tracked(scope, key)
+
+    async def cleanup(self, ttl: float | None, dead_owners: Collection[str]) -> tuple[int, int]:
+        done = await asyncio.gather(*(p.cleanup(ttl, dead_owners) for p in self.partitions))
+        return sum(rows for rows, _ in done), sum(flights for _, flights in done)
+
+    async def stats(self) -> StorageStats:
+        parts = await asyncio.gather(*(p.stats() for p in self.partitions))
+        rows: dict[str, int] = {}
+        in_flight: dict[str, int] = {}
+        for stats in parts:
+            rows.update(stats.rows)
+            in_flight.update(stats.in_flight)
+        return StorageStats(rows=rows, in_flight=in_flight)
+
+    async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
+        parts = await asyncio.gather(*(p.summary(top_k, at_least) for p in self.partitions))
+        return _merge(parts, top_k)
+
+    def stats_from_thread(self, timeout: float) -> StorageStats | None:
+        return self.partitions[0]._home.from_thread(self.stats, timeout)
+
+    def summary_from_thread(
+        self, top_k: int, timeout: float, at_least: int | None = None
+    ) -> TableSummary | None:
+        return self.partitions[0]._home.from_thread(lambda: self.summary(top_k, at_least), timeout)
+
+    async def resync(self) -> int:
+        """Resync every partition (:meth:`RedisStorage.resync`); the tokens flipped."""
+        return sum(await asyncio.gather(*(p.resync() for p in self.partitions)))
+
+    async def ping(self) -> None:
+        await self.partitions[0].ping()
+
+    async def aclose(self) -> None:
+        for part in self.partitions:
+            await part.aclose()
+        if self._close_client:
+            with contextlib.suppress(Exception):  # a client that is already gone
+                await self._client.aclose()
+
+
+def _merge(parts: Collection[TableSummary], top_k: int) -> TableSummary:
+    """One summary of disjoint partitions: totals added, the largest scopes merged."""
+    rows: dict[str, int] = {}
+    in_flight: dict[str, int] = {}
+    for part in parts:
+        for kind, n in part.rows.items():
+            rows[kind] = rows.get(kind, 0) + n
+        for kind, n in part.in_flight.items():
+            in_flight[kind] = in_flight.get(kind, 0) + n
+    largest = heapq.nsmallest(
+        top_k, (item for part in parts for item in part.largest), key=lambda kv: -kv[1]
+    )
+    return TableSummary(
+        rows=rows,
+        in_flight=in_flight,
+        largest=tuple(largest),
+        at_least=sum(part.at_least for part in parts),
+    )
