@@ -26,7 +26,7 @@ from .conftest import (
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.parametrize("placement", ["install()", "around the app", "fastmcp"])
+@pytest.mark.parametrize("placement", ["after authentication", "around the app", "fastmcp"])
 async def test_only_notifications_the_sdk_accepts_are_recorded(
     http: httpx.AsyncClient, placement: str
 ) -> None:
@@ -45,8 +45,8 @@ async def test_only_notifications_the_sdk_accepts_are_recorded(
         )
     else:
         served = build_sdk_app(log, json_response=True, auth=True)
-        if placement == "install()":
-            CancellationMiddleware.install(served, registry=registry)
+        if placement == "after authentication":
+            served.user_middleware.append(Middleware(CancellationMiddleware, registry=registry))
         else:
             served = CancellationMiddleware(served, registry=registry)
     recorded: list[dict[str, Any]] = []

@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.middleware import Middleware
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, MemoryStorage
 from mcp_cancellation.scope import SESSION_KEY
@@ -79,13 +80,12 @@ async def test_session_resolver_scopes_by_validated_session(
 
 
 async def test_sdk_authenticated_principal_is_the_scope(http: httpx.AsyncClient) -> None:
-    """With ``install()``, the SDK's bearer authentication runs first: the principal
-    (OAuth client id) is the scope, so two users behind one address stay apart."""
+    """Added to the app's own middleware, after the SDK's bearer authentication: the
+    principal (OAuth client id) is the scope, so two users behind one address stay apart."""
     log = ToolLog()
     app = build_sdk_app(log, json_response=True, auth=True)
-    registry = CancellationMiddleware.install(
-        app, registry=CancellationRegistry(MemoryStorage(), janitor_interval=None)
-    )
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    app.user_middleware.append(Middleware(CancellationMiddleware, registry=registry))
     recorded: list[dict[str, Any]] = []
 
     def record(sender: Any, **kwargs: Any) -> None:

@@ -130,7 +130,7 @@ async def test_the_sdk_apps_own_rebinding_protection_guards_cancels(
     await refused_then_cancelled(harness, http, cancel_body("job", "rebound"), foreign, status)
 
 
-@pytest.mark.parametrize("shape", ["outside a CORS middleware", "install()", "mounted"])
+@pytest.mark.parametrize("shape", ["outside a CORS middleware", "after authentication", "mounted"])
 async def test_the_sdk_apps_settings_are_found_through_other_layers(shape: str) -> None:
     """The SDK app's Host/Origin settings are found wherever the middleware sits: around
     another middleware that wraps the SDK app, installed inside the SDK's app, or around
@@ -139,6 +139,7 @@ async def test_the_sdk_apps_settings_are_found_through_other_layers(shape: str) 
     from collections.abc import AsyncIterator
 
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
     from starlette.middleware.cors import CORSMiddleware
     from starlette.routing import Mount
 
@@ -147,8 +148,8 @@ async def test_the_sdk_apps_settings_are_found_through_other_layers(shape: str) 
     registry = CancellationRegistry(janitor_interval=None)
     sdk_app = build_sdk_app(ToolLog(), json_response=True)
     path = "/mcp"
-    if shape == "install()":
-        CancellationMiddleware.install(sdk_app, registry=registry)
+    if shape == "after authentication":
+        sdk_app.user_middleware.append(Middleware(CancellationMiddleware, registry=registry))
         app: Any = sdk_app
     elif shape == "mounted":
 

@@ -7,11 +7,8 @@ from __future__ import annotations
 import email
 import tarfile
 import tomllib
-import warnings
 import zipfile
 from pathlib import Path
-
-import pytest
 
 from ..support import project_root
 
@@ -73,17 +70,3 @@ def test_the_toolchain_is_a_dependency_group() -> None:
     group = project["dependency-groups"]["test"]
     assert any(requirement.startswith("pytest>=") for requirement in group)
     assert any(requirement.startswith("mypy>=") for requirement in group)
-
-
-def test_the_old_tools_module_still_works_with_a_deprecation_warning() -> None:
-    import sys
-
-    sys.modules.pop("mcp_cancellation.tools", None)
-    with pytest.warns(DeprecationWarning, match="integrations.mcp_sdk"):
-        import mcp_cancellation.tools as tools
-    from mcp_cancellation.integrations import fastmcp, mcp_sdk
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert tools.cancellable is mcp_sdk.cancellable
-        assert tools.fastmcp_middleware is fastmcp.fastmcp_middleware

@@ -206,27 +206,6 @@ class CancellationMiddleware:
     def __repr__(self) -> str:
         return f"<CancellationMiddleware path={self.path!r} registry={self.registry!r}>"
 
-    @classmethod
-    def install(
-        cls, app: Any, *, registry: CancellationRegistry | None = None, **options: Any
-    ) -> CancellationRegistry:
-        """Add the middleware *inside* a Starlette app, after its own middleware.
-
-        Use it with the SDK's ``streamable_http_app()`` when the server authenticates
-        callers: the SDK's authentication middleware then runs first, so that
-        ``scope["user"]`` (the authenticated principal) is the cancellation scope. Wrapping
-        the app from outside sees requests before authentication and falls back to the
-        client address. Must be called before the app serves its first request. Options
-        are validated here; returns the registry (created if not given).
-        """
-        with requires("mcp", "CancellationMiddleware.install()"):
-            from starlette.middleware import Middleware
-
-        registry = registry if registry is not None else CancellationRegistry()
-        cls(app, registry=registry, **options)  # validate the options now, not at startup
-        app.user_middleware.append(Middleware(cls, registry=registry, **options))  # type: ignore[arg-type]
-        return registry
-
     # -- ASGI entry ----------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
