@@ -59,7 +59,6 @@ from mcp_cancellation import (
     RequestToken,
 )
 from mcp_cancellation.storage.base import Limits
-from mcp_cancellation.token import new_token
 
 ROUNDS = 5
 
@@ -207,7 +206,7 @@ class _InlinedSyncContext:
         self._table = table
         self._scope = scope
         self._key = key
-        self.token = new_token(key, scope)
+        self.token = RequestToken(key, scope)
 
     def __enter__(self) -> RequestToken:
         table, token, scope, key = self._table, self.token, self._scope, self._key

@@ -34,7 +34,7 @@ from .request_context import RequestContext
 from .scope import rows_by_kind
 from .storage.base import RECORDED, UPDATED, AddResult, Limits, Storage, StorageStats
 from .storage.memory import MemoryStorage
-from .token import RequestToken, new_token
+from .token import RequestToken
 
 __all__ = [
     "QUOTA_MODES",
@@ -204,28 +204,27 @@ class CancellationRegistry:
                 kinds = result.evicted_kinds
                 if kinds is None:
                     kinds = rows_by_kind(evicted)
-                signals.cancellation_evicted_batch.fire(
+                signals.cancellation_evicted_batch.send(
                     self, evicted=evicted, rows=sum(kinds.values()), kinds=kinds
                 )
             if signals.cancellation_evicted.receivers:
-                fire = signals.cancellation_evicted.fire
                 for evicted_scope, count in evicted:
-                    fire(self, scope=evicted_scope, count=count)
+                    signals.cancellation_evicted.send(self, scope=evicted_scope, count=count)
         outcome = result.outcome
         if outcome == "quota":
             if signals.cancellation_rejected.receivers:
-                signals.cancellation_rejected.fire(
+                signals.cancellation_rejected.send(
                     self, scope=scope, request_id=key, reason="quota", mode="enforce"
                 )
             raise CancellationLimitReached(scope, self.quota_for(scope) or 0)
         if result.over_quota and signals.cancellation_rejected.receivers:
-            signals.cancellation_rejected.fire(
+            signals.cancellation_rejected.send(
                 self, scope=scope, request_id=key, reason="quota", mode="shadow"
             )
         if outcome == "not_in_flight":
             return False
         if signals.request_cancelled.receivers:
-            signals.request_cancelled.fire(
+            signals.request_cancelled.send(
                 self, request_id=key, scope=scope, reason=text, method=method
             )
         return True
@@ -284,7 +283,7 @@ class CancellationRegistry:
             key = normalize_id(request_id)
         except InvalidRequestId:
             if signals.cancellation_rejected.receivers:
-                signals.cancellation_rejected.fire(
+                signals.cancellation_rejected.send(
                     self, scope=scope, request_id=None, reason="invalid_request_id", mode="enforce"
                 )
             raise
@@ -308,7 +307,7 @@ class CancellationRegistry:
         result = sync.add_nowait(scope, key, text, limits, in_flight)
         if result is RECORDED or result is UPDATED:
             if signals.request_cancelled.receivers:
-                signals.request_cancelled.fire(
+                signals.request_cancelled.send(
                     self, request_id=key, scope=scope, reason=text, method=method
                 )
             return True
@@ -323,6 +322,23 @@ class CancellationRegistry:
             scope, key, text, limits=limits, require_in_flight=in_flight
         )
         return self._report(result, key, scope, text, method)
+
+    def cancel_token(
+        self, token: RequestToken, reason: str | None = None, *, method: str | None = None
+    ) -> bool:
+        """Cancel the one request *token* belongs to, in this process only, and report it
+        (``request.cancelled`` with *method*) unless it was cancelled already. Writes no
+        row: a row is keyed by scope and id, so it would cancel every request of the scope
+        that uses the same id (the middleware uses this when a client closes its stream).
+        Returns whether the token was not cancelled before."""
+        if token.cancelled:
+            return False
+        token._cancel(reason)
+        if signals.request_cancelled.receivers:
+            signals.request_cancelled.send(
+                self, request_id=token.request_id, scope=token.scope, reason=reason, method=method
+            )
+        return True
 
     async def is_cancelled(self, request_id: object, scope: str = "global") -> bool:
         """Whether a cancellation row exists for *request_id* in *scope*."""
@@ -352,10 +368,10 @@ class CancellationRegistry:
         Returns the request's token. Prefer :meth:`request`, which also untracks and clears.
         """
         if request_id is None:
-            return new_token("", scope)
+            return RequestToken("", scope)
         key = normalize_id(request_id)
         owner = self._owners.for_current()
-        token = new_token(key, scope)
+        token = RequestToken(key, scope)
         await self._storage.track(scope, key, owner.id, token)
         self._owners.tracked(owner, (scope, key))
         return token
@@ -401,7 +417,7 @@ class CancellationRegistry:
         self._owners.forget(dead)
         result = CleanupResult(removed, in_flight_removed)
         if signals.cancellation_cleanup.receivers:
-            signals.cancellation_cleanup.fire(
+            signals.cancellation_cleanup.send(
                 self,
                 removed=removed,
                 in_flight_removed=in_flight_removed,

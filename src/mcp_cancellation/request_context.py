@@ -20,7 +20,7 @@ from ._ids import normalize_id
 from ._owners import Owner, Owners, current_owner_object
 from .context import _current
 from .errors import RequestCancelled, StorageUnavailable
-from .token import RequestToken, new_token
+from .token import RequestToken
 
 if TYPE_CHECKING:
     from .storage.base import Storage
@@ -75,7 +75,7 @@ class RequestContext(Owner):
         self._scope = scope
         # Validate eagerly so a bad id fails before the block runs, writing nothing.
         self._key = key = None if request_id is None else normalize_id(request_id)
-        self.token: RequestToken = new_token(key or "", scope, tool)
+        self.token: RequestToken = RequestToken(key or "", scope, tool)
         self.id = ""  # the owner id while tracked; empty outside the block
         self._previous: RequestToken | object | None = _OUTSIDE
 
@@ -147,7 +147,7 @@ class RequestContext(Owner):
             outcome = "stopped" if cancelled or token.observed else "completed"
         elapsed = max(0.0, time.monotonic() - (token.cancelled_at or 0.0))
         registry = self._registry
-        signals.request_stopped.fire(
+        signals.request_stopped.send(
             registry,
             request_id=token.request_id,
             scope=self._scope,

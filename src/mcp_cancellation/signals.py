@@ -41,9 +41,7 @@ signal                           keyword arguments
 
 from __future__ import annotations
 
-from blinker import Namespace
-
-from ._dispatch import Signal
+from blinker import NamedSignal, Namespace
 
 __all__ = [
     "cancellation_cleanup",
@@ -59,48 +57,36 @@ __all__ = [
 namespace = Namespace()
 
 
-def _signal(name: str, doc: str, arguments: tuple[str, ...]) -> Signal:
-    """A signal of this namespace (``namespace.signal(name)`` returns it too), with the
-    receiver cache of :mod:`mcp_cancellation._dispatch`: sending costs a fraction of
-    plain blinker's, and who receives is the same. *arguments* are its keyword arguments
-    (the table above), which every send from this package carries."""
-    signal = Signal(name, doc, arguments)
-    namespace[name] = signal
-    return signal
+def _signal(name: str, doc: str) -> NamedSignal:
+    """A plain blinker signal of this namespace (``namespace.signal(name)`` returns it)."""
+    return namespace.signal(name, doc)
 
 
 request_cancelled = _signal(
     "request.cancelled",
     "A cancellation was recorded.",
-    ("request_id", "scope", "reason", "method"),
 )
 request_stopped = _signal(
     "request.stopped",
     "A cancelled request's handler ended (how, and how long after).",
-    ("request_id", "scope", "outcome", "seconds", "tool", "ignored"),
 )
 cancellation_cleanup = _signal(
     "cancellation.cleanup",
     "A cleanup pass finished (possibly removing nothing).",
-    ("removed", "in_flight_removed", "duration", "start_time_ns"),
 )
 cancellation_evicted = _signal(
     "cancellation.evicted",
     "The global cap evicted rows of one scope.",
-    ("scope", "count"),
 )
 cancellation_evicted_batch = _signal(
     "cancellation.evicted_batch",
     "One insert's eviction, whole: every scope that lost rows, in one signal.",
-    ("evicted", "rows", "kinds"),
 )
 cancellation_rejected = _signal(
     "cancellation.rejected",
     "A cancellation was refused (quota or invalid id).",
-    ("scope", "request_id", "reason", "mode"),
 )
 storage_error = _signal(
     "storage.error",
     "A storage operation failed (the storage did not answer).",
-    ("operation", "error"),
 )

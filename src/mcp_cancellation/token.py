@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Final, Literal
 
 from .errors import RequestCancelled
 
@@ -14,7 +14,6 @@ __all__ = [
     "Outcome",
     "RequestToken",
     "cancellation_error_type",
-    "new_token",
 ]
 
 #: The ``tool`` label of a request that calls no tool the server registered (and of any
@@ -37,12 +36,14 @@ cancellation_error_type: ContextVar[type[RequestCancelled]] = ContextVar(
 )
 
 
-_write: Final = object.__setattr__  # past the seal, for the token's own methods
-_new: Final = object.__new__
+class RequestToken:
+    """The cancellation state of one in-flight request.
 
-
-class _TokenState:
-    """The slots of a :class:`RequestToken`, written plainly while one is built."""
+    :attr:`cancelled` is a plain synchronous read, safe from any thread: tools running in a
+    worker thread poll it without touching the event loop or the storage. The registry (or,
+    for a shared storage, its subscriber) flips the token when a cancellation for the
+    request is recorded anywhere; tool code only reads it.
+    """
 
     __slots__ = (
         "_cancelled_at",
@@ -55,50 +56,18 @@ class _TokenState:
         "tool",
     )
 
-
-class RequestToken(_TokenState):
-    """The cancellation state of one in-flight request.
-
-    :attr:`cancelled` is a plain synchronous read, safe from any thread: tools running in a
-    worker thread poll it without touching the event loop or the storage. The registry (or,
-    for a shared storage, its subscriber) flips the token when a cancellation for the
-    request is recorded anywhere.
-
-    A token is sealed, like a frozen dataclass: its attributes are read-only to the code
-    that holds it, while :attr:`cancelled` stays a bare slot read (no property call: tools
-    poll it in tight loops).
-    """
-
-    __slots__ = ()
-
-    if TYPE_CHECKING:
-        request_id: str
-        scope: str
+    def __init__(self, request_id: str, scope: str, tool: str | None = None) -> None:
+        self.request_id = request_id
+        self.scope = scope
         #: The tool this request calls, as a metric label (a registered tool's name, or
         #: ``other``), or ``None`` when it is not a tool call or nobody said.
-        tool: str | None
-        _reason: str | None
-        _cancelled_at: float
-        _observed: bool
-        _outcome: Outcome | None
-
-        def __init__(self, request_id: str, scope: str, tool: str | None = None) -> None: ...
-
-        @property
-        def cancelled(self) -> bool:
-            """Whether a cancellation for this request has been recorded."""
-
-    def __new__(cls, request_id: str, scope: str, tool: str | None = None) -> RequestToken:
-        token = new_token(request_id, scope, tool)
-        if cls is not RequestToken:  # a subclass (with no slots of its own) keeps its class
-            _write(token, "__class__", cls)
-        return token
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"RequestToken.{name} is read-only")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"RequestToken.{name} is read-only")
+        self.tool = tool
+        #: Whether a cancellation for this request has been recorded.
+        self.cancelled = False
+        self._reason: str | None = None
+        self._cancelled_at = 0.0
+        self._observed = False
+        self._outcome: Outcome | None = None
 
     @property
     def reason(self) -> str | None:
@@ -130,43 +99,26 @@ class RequestToken(_TokenState):
         cancellation or tool code saw it (:attr:`observed`), else ``completed``."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome must be one of {OUTCOMES}, not {outcome!r}")
-        _write(self, "_outcome", outcome)
+        self._outcome = outcome
 
     def mark_observed(self) -> None:
         """Record that tool code saw the cancellation (see :attr:`observed`)."""
-        _write(self, "_observed", True)
+        self._observed = True
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`~mcp_cancellation.RequestCancelled` if the request was cancelled."""
         if self.cancelled:
-            _write(self, "_observed", True)
+            self._observed = True
             raise cancellation_error_type.get()(self._reason)
 
-    def set_cancelled(self, reason: str | None = None) -> None:
-        """Flip the token (used by storages; idempotent, keeps the first reason)."""
+    def _cancel(self, reason: str | None = None) -> None:
+        """Flip the token (for the registry and the storages; idempotent, keeps the first
+        reason)."""
         if not self.cancelled:
-            _write(self, "_reason", reason)
-            _write(self, "_cancelled_at", time.monotonic())
-            _write(self, "cancelled", True)
+            self._reason = reason
+            self._cancelled_at = time.monotonic()
+            self.cancelled = True
 
     def __repr__(self) -> str:
         state = "cancelled" if self.cancelled else "active"
         return f"<RequestToken {self.request_id!r} {state}>"
-
-
-def new_token(request_id: str, scope: str, tool: str | None = None) -> RequestToken:
-    """A fresh :class:`RequestToken` (what ``RequestToken(...)`` returns, one call cheaper:
-    the registry makes one per request). Built as the unsealed layout with plain slot
-    writes, then sealed by a class switch: cheaper than writing each slot past
-    ``__setattr__``."""
-    token: Any = _new(_TokenState)
-    token.request_id = request_id
-    token.scope = scope
-    token.tool = tool
-    token.cancelled = False
-    token._reason = None
-    token._cancelled_at = 0.0
-    token._observed = False
-    token._outcome = None
-    token.__class__ = RequestToken
-    return token  # type: ignore[no-any-return]

@@ -9,7 +9,6 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import signals
 from .._asgi import Message, Receive, Send
 from ..errors import REQUEST_CANCELLED
 from ..scope import scope_kind
@@ -329,25 +328,14 @@ class Exchange:
         self._set_gone()
         if not self.cancel_on_disconnect:
             return  # a stream the client may resume (protocol 2025-11-25 and before)
-        token = self.token
         # A request already cancelled (the mcp client POSTs notifications/cancelled, then
         # drops the call's stream) was reported then: the same cancellation, not a second.
-        reported = token.cancelled
-        # Flip this request's own token, and write no row: a row is keyed (scope, id), so
-        # it would also cancel every other request of the scope using the same id (another
-        # client behind the same address, a retry) though only this one's client left.
-        token.set_cancelled(DISCONNECT_REASON)
-        if not reported and signals.request_cancelled.receivers:
-            try:
-                signals.request_cancelled.fire(
-                    self.middleware.registry,
-                    request_id=token.request_id,
-                    scope=token.scope,
-                    reason=DISCONNECT_REASON,
-                    method="disconnect",
-                )
-            except Exception:  # a receiver must not keep the kill timer from being armed
-                logger.exception("request.cancelled receiver failed")
+        try:
+            self.middleware.registry.cancel_token(
+                self.token, DISCONNECT_REASON, method="disconnect"
+            )
+        except Exception:  # a receiver must not keep the kill timer from being armed
+            logger.exception("request.cancelled receiver failed")
         timeout = self.middleware.stream_cancel_timeout
         if timeout is not None and not self.response_done:
             self.killer = asyncio.get_running_loop().call_later(timeout, self._kill)

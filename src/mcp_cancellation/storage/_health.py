@@ -54,4 +54,4 @@ class Health:
             self.available = False
             logger.warning("%s storage unavailable (%s: %s)", self._name, operation, error)
         if signals.storage_error.receivers:
-            signals.storage_error.fire(self._sender, operation=operation, error=error)
+            signals.storage_error.send(self._sender, operation=operation, error=error)

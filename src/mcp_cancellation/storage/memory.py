@@ -207,7 +207,7 @@ class MemoryStorage(SynchronousStorage):
                         self._release(_RELEASE_PER_CALL)
                     outcome = RECORDED
             for token in tokens:
-                token.set_cancelled(reason)
+                token._cancel(reason)
             return outcome
         finally:
             lock.release()
@@ -405,7 +405,7 @@ class MemoryStorage(SynchronousStorage):
                 rows = self._rows.get(scope)
                 if rows is not None and key in rows and (scope, key) in self._pending:
                     self._pending.discard((scope, key))  # claimed: bound to this request
-                    token.set_cancelled(rows[key][1])
+                    token._cancel(rows[key][1])
         finally:
             lock.release()
 

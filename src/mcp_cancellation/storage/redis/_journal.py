@@ -321,7 +321,7 @@ class Journal:
             if write.op == "T":
                 value = next(reasons)
                 if value is not None and write.token is not None:
-                    write.token.set_cancelled(decode_reason(value))
+                    write.token._cancel(decode_reason(value))
             write.settle()
         if int(reply[1]) or int(reply[2]):
             # The table this worker knew is gone, or its heartbeat lapsed (another
@@ -353,7 +353,7 @@ class Journal:
         flipped = 0
         for (_, _, _, token), value in zip(snapshot, reply[3:-1], strict=True):
             if value is not None and not token.cancelled:
-                token.set_cancelled(decode_reason(value))
+                token._cancel(decode_reason(value))
                 flipped += 1
         stale = int(reply[-1])
         if stale:

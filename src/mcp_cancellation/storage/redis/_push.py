@@ -131,7 +131,7 @@ class Push:
             return
         owners = {text(owner) for owner in fields[3:]}
         for token in self._journal.pushed(scope, key, owners):
-            token.set_cancelled(reason)
+            token._cancel(reason)
 
     async def _listen(self) -> None:
         channel = self._prefix + b"c:" + to_bytes(self.worker)

@@ -335,7 +335,7 @@ class RedisStorage(Storage):
             raise StorageUnavailable("Redis is resynchronising the table; retry shortly")
         if outcome in ("recorded", "updated"):
             for token in self._journal.tokens(scope, key):
-                token.set_cancelled(reason)
+                token._cancel(reason)
         over = outcome == "recorded" and bool(int(reply[4]))
         return AddResult(outcome, tuple(evicted), over)  # type: ignore[arg-type]
 
