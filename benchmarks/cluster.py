@@ -54,7 +54,8 @@ MAX_SHARE = 0.45
 def _load(
     url: str, prefix: str, partitions: int, operation: str, start_at: float, results: Any
 ) -> None:
-    from mcp_cancellation import CancellationRegistry, RedisStorage, Storage
+    from mcp_cancellation import CancellationRegistry, RedisStorage
+    from mcp_cancellation.storage import Storage
     from mcp_cancellation.storage.redis import PartitionedRedisStorage
 
     async def run() -> int:

@@ -43,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _common import address_scope, check, quiet_gc
 from prometheus_client import CollectorRegistry
 
-from mcp_cancellation import CancellationRegistry, MemoryStorage, Storage, signals
+from mcp_cancellation import CancellationRegistry, MemoryStorage, signals
+from mcp_cancellation.storage import Storage
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)

@@ -19,13 +19,9 @@ import uvicorn
 from fastmcp import Context, FastMCP
 from starlette.middleware import Middleware
 
-from mcp_cancellation import (
-    CancellationMiddleware,
-    CancellationRegistry,
-    log_to_stderr,
-    raise_if_cancelled,
-)
+from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
 from mcp_cancellation.integrations.fastmcp import fastmcp_middleware, tool_names
+from mcp_cancellation.logs import log_to_stderr
 
 mcp = FastMCP("cancellable-fastmcp-server", middleware=[fastmcp_middleware()])
 

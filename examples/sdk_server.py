@@ -15,13 +15,9 @@ import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 
-from mcp_cancellation import (
-    CancellationMiddleware,
-    CancellationRegistry,
-    log_to_stderr,
-    raise_if_cancelled,
-)
+from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
 from mcp_cancellation.integrations.mcp_sdk import cancellable, tool_names
+from mcp_cancellation.logs import log_to_stderr
 
 server = MCPServer("cancellable-sdk-server")
 

@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterator
 
 import pytest
 
-from mcp_cancellation import CancellationRegistry, MemoryStorage, Storage
+from mcp_cancellation import CancellationRegistry, MemoryStorage
+from mcp_cancellation.storage import Storage
 
 from .support import (
     BACKENDS,

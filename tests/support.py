@@ -22,7 +22,8 @@ from typing import Any, ClassVar, Self
 import pytest
 import uvicorn
 
-from mcp_cancellation import CancellationRegistry, RequestToken, Storage, StorageStats
+from mcp_cancellation import CancellationRegistry, RequestToken
+from mcp_cancellation.storage import Storage, StorageStats
 
 #: The storage matrix. Every leg that needs a Redis is marked: ``-m "not redis"`` leaves
 #: memory alone.

@@ -3,6 +3,10 @@
 Wrap the MCP app in :class:`CancellationMiddleware`, poll :func:`cancelled` in long tools,
 and let clients cancel with ``notifications/cancelled`` from any request of their own
 scope, or by closing their stream.
+
+The top level holds what an application uses; extension points live in subpackages:
+:mod:`.storage` (the storage contract), :mod:`.signals`, :mod:`.scope`,
+:mod:`.integrations`, :mod:`.telemetry` and :mod:`.dashboards`.
 """
 
 from __future__ import annotations
@@ -20,11 +24,10 @@ from .errors import (
     RequestCancelled,
     StorageUnavailable,
 )
-from .logs import log_to_stderr
 from .reason import sanitize_reason
-from .registry import CancellationRegistry, CleanupResult, RequestContext
-from .scope import client_bucket, scope_kind, scope_of
-from .storage import MemoryStorage, Storage, StorageStats, TableSummary
+from .registry import CancellationRegistry, CleanupResult
+from .scope import client_bucket, scope_of
+from .storage import MemoryStorage
 from .token import RequestToken
 
 if TYPE_CHECKING:
@@ -43,20 +46,14 @@ __all__ = [
     "MemoryStorage",
     "RedisStorage",
     "RequestCancelled",
-    "RequestContext",
     "RequestToken",
-    "Storage",
-    "StorageStats",
-    "TableSummary",
     "StorageUnavailable",
     "__version__",
     "cancelled",
     "client_bucket",
     "current_token",
-    "log_to_stderr",
     "raise_if_cancelled",
     "sanitize_reason",
-    "scope_kind",
     "scope_of",
 ]
 

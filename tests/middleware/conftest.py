@@ -24,9 +24,10 @@ import anyio
 import httpx
 import pytest
 
-from mcp_cancellation import CancellationRegistry, StorageStats, StorageUnavailable, current_token
+from mcp_cancellation import CancellationRegistry, StorageUnavailable, current_token
 from mcp_cancellation import signals as sig
 from mcp_cancellation.integrations.asgi import CancellationMiddleware
+from mcp_cancellation.storage import StorageStats
 from mcp_cancellation.storage.base import AddResult, Storage
 from mcp_cancellation.storage.memory import MemoryStorage
 

@@ -13,8 +13,9 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
 
-from mcp_cancellation import CancellationRegistry, Storage
+from mcp_cancellation import CancellationRegistry
 from mcp_cancellation.scope import scope_kind
+from mcp_cancellation.storage import Storage
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ..support import RedisServer, Registries, async_wait_until

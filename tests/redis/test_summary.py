@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from mcp_cancellation import TableSummary
 from mcp_cancellation.scope import scope_kind
+from mcp_cancellation.storage import TableSummary
 from mcp_cancellation.storage.base import Limits
 
 from .conftest import CountingConnection, MakeStorage, calls_between, command_calls, settled

@@ -41,6 +41,14 @@ def documented(name: str) -> bool:
     return re.search(rf"`{re.escape(name)}[`(\[. ]", API_DOC.read_text()) is not None
 
 
+def test_exported_members_are_exactly_those_docs_api_lists() -> None:
+    text = API_DOC.read_text()
+    table = text.split("<!-- exported-names -->")[1].split("<!-- /exported-names -->")[0]
+    listed = re.findall(r"^\| `([A-Za-z_]+)` \|", table, re.M)
+    assert sorted(listed) == sorted(mcp_cancellation.__all__)
+    assert len(mcp_cancellation.__all__) <= 20
+
+
 def test_all_has_no_repeats() -> None:
     assert len(set(mcp_cancellation.__all__)) == len(mcp_cancellation.__all__)
 

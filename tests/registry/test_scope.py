@@ -9,8 +9,14 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.authentication import SimpleUser, UnauthenticatedUser
 
-from mcp_cancellation import client_bucket, scope_kind, scope_of
-from mcp_cancellation.scope import PRINCIPAL_KEY, SESSION_KEY, client_address, principal_of
+from mcp_cancellation import client_bucket, scope_of
+from mcp_cancellation.scope import (
+    PRINCIPAL_KEY,
+    SESSION_KEY,
+    client_address,
+    principal_of,
+    scope_kind,
+)
 
 
 def http(

@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcp_cancellation import CancellationLimitReached, CancellationRegistry, MemoryStorage, Storage
+from mcp_cancellation import CancellationLimitReached, CancellationRegistry, MemoryStorage
 from mcp_cancellation.scope import scope_kind
+from mcp_cancellation.storage import Storage
 
 from ..support import RedisServer
 from ._model import Model

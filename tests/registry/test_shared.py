@@ -14,8 +14,8 @@ from mcp_cancellation import (
     CancellationRegistry,
     CleanupResult,
     MemoryStorage,
-    Storage,
 )
+from mcp_cancellation.storage import Storage
 
 from ..conftest import redis_url
 from ..support import async_wait_until

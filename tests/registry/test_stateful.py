@@ -32,9 +32,9 @@ from mcp_cancellation import (
     CleanupResult,
     MemoryStorage,
     RequestToken,
-    Storage,
 )
 from mcp_cancellation.scope import scope_kind
+from mcp_cancellation.storage import Storage
 
 from ..support import RedisServer
 from ._model import Model

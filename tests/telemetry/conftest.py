@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from mcp_cancellation import CancellationRegistry, MemoryStorage, Storage, signals
+from mcp_cancellation import CancellationRegistry, MemoryStorage, signals
+from mcp_cancellation.storage import Storage
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 

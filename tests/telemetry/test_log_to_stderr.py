@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mcp_cancellation import log_to_stderr
+from mcp_cancellation.logs import log_to_stderr
 
 
 @pytest.fixture
