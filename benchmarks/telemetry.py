@@ -10,7 +10,7 @@ printed beside a baseline measured in the same run; the ratio is the number to r
    also feeds the heavy-hitters structure there);
 3. one scrape (``PrometheusBridge.render()``: await the summary, collect, encode) with
    10 000 rows over 5 000 scopes, against a scrape of an empty registry and against the
-   bare ``summary_nowait()`` read; then the same after 100 000 distinct scopes were
+   bare ``summary_from_thread()`` read; then the same after 100 000 distinct scopes were
    rejected. (``benchmarks/scopes.py`` sweeps the number of scopes up to 1 000 000.)
 4. one evicting ``cancel()`` at a cap of 22 000 one-row scopes (a batch of 1 100 of them:
    an address-rotation flood), with each bridge against none, and the OpenTelemetry bridge
@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,6 +36,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 from mcp_cancellation import CancellationLimitReached, CancellationRegistry, MemoryStorage, signals
+from mcp_cancellation.storage import Limits
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 
@@ -53,9 +55,18 @@ def _one_row_scopes(n: int, **limits: int | None) -> CancellationRegistry:
     registry = _registry(**limits)
     storage = registry.storage
     assert isinstance(storage, MemoryStorage)
-    for i in range(n):
-        storage.add_nowait(address_scope(i), "seed", None, limits=registry.limits)
+    _fill(storage, ((address_scope(i), "seed") for i in range(n)), registry.limits)
     return registry
+
+
+def _fill(storage: MemoryStorage, rows: Iterable[tuple[str, str]], limits: Limits) -> None:
+    """Insert *rows* ``(scope, key)`` without reasons, on one event loop."""
+
+    async def fill() -> None:
+        for scope, key in rows:
+            await storage.add(scope, key, None, limits=limits)
+
+    asyncio.run(fill())
 
 
 async def _cancels(registry: CancellationRegistry, n: int) -> float:
@@ -164,11 +175,9 @@ def bench_scrape() -> None:
     registry = _registry(max_rows_per_scope=2)
     storage = registry.storage
     assert isinstance(storage, MemoryStorage)
-    for i in range(10_000):
-        storage.add_nowait(
-            f"ip:10.0.{(i // 2) >> 8}.{(i // 2) & 255}", str(i), None, limits=registry.limits
-        )
-    assert len(storage.stats_nowait().rows) == 5_000
+    rows = ((f"ip:10.0.{(i // 2) >> 8}.{(i // 2) & 255}", str(i)) for i in range(10_000))
+    _fill(storage, rows, registry.limits)
+    assert len(storage.stats_from_thread(0).rows) == 5_000
     bridge = PrometheusBridge(registry, collector_registry=CollectorRegistry()).install()
     body, _ = asyncio.run(bridge.render())
     base = read = full = float("inf")
@@ -178,7 +187,7 @@ def bench_scrape() -> None:
             read = min(read, _stats_read(storage, 50))
             full = min(full, asyncio.run(_render(bridge, 50)))
     report("scrape of an empty registry (baseline)", base, base, "ms", 1e3)
-    report("summary_nowait(20) alone, 10 000 rows", read, base, "ms", 1e3)
+    report("summary_from_thread(20, 0) alone, 10 000 rows", read, base, "ms", 1e3)
     report("scrape, 10 000 rows / 5 000 scopes", full, base, "ms", 1e3)
     lines = body.count(b"\n")
     print(f"  exposition: {len(body)} bytes, {lines} lines")
@@ -202,7 +211,7 @@ def bench_scrape() -> None:
 def _stats_read(storage: MemoryStorage, n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
-        storage.summary_nowait(20)
+        storage.summary_from_thread(20, 0)
     return (time.perf_counter() - start) / n
 
 

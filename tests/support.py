@@ -163,7 +163,7 @@ class HeldRequest:
 
 def stats_now(registry: CancellationRegistry) -> StorageStats:
     """The row counts of a registry whose storage answers without waiting (memory)."""
-    stats = registry.storage.stats_nowait()
+    stats = registry.storage.stats_from_thread(0)
     assert stats is not None, f"{registry.storage!r} cannot be read without waiting"
     return stats
 

@@ -11,9 +11,10 @@ The top level holds what an application uses; extension points live in subpackag
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .__about__ import __version__
+from ._extras import lazy
 from .context import cancelled, current_token, raise_if_cancelled
 from .errors import (
     REQUEST_CANCELLED,
@@ -58,15 +59,9 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # Names whose modules need optional extras load on first use, so that
-    # ``import mcp_cancellation`` works with the core install alone.
-    if name == "RedisStorage":
-        from .storage.redis import RedisStorage
-
-        return RedisStorage
-    if name == "CancellationMiddleware":
-        from .integrations.asgi import CancellationMiddleware
-
-        return CancellationMiddleware
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Names whose modules need optional extras load on first use, so that
+# ``import mcp_cancellation`` works with the core install alone.
+__getattr__ = lazy(
+    __name__,
+    {"RedisStorage": ".storage.redis", "CancellationMiddleware": ".integrations.asgi"},
+)

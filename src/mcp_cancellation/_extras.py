@@ -8,9 +8,11 @@ install 'mcp-cancellation[redis]'`` instead of a bare ``ModuleNotFoundError``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
-__all__ = ["MissingExtra", "requires"]
+__all__ = ["MissingExtra", "lazy", "requires"]
 
 
 class MissingExtra(ImportError):
@@ -31,3 +33,17 @@ def requires(extra: str, feature: str) -> Iterator[None]:
         yield
     except ModuleNotFoundError as exc:
         raise MissingExtra(feature, extra, exc.name) from exc
+
+
+def lazy(package: str, homes: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for *package* that imports each name of *homes* from its
+    module (relative to *package*) on first use, so that a name whose module needs an
+    extra costs nothing to those who do not use it."""
+
+    def __getattr__(name: str) -> Any:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(home, package), name)
+
+    return __getattr__

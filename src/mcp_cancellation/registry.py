@@ -32,7 +32,7 @@ from .errors import (
 from .reason import MAX_REASON_CHARS, sanitize_reason
 from .request_context import RequestContext
 from .scope import rows_by_kind
-from .storage.base import RECORDED, UPDATED, AddResult, Limits, Storage, StorageStats
+from .storage.base import AddResult, Limits, Storage, StorageStats
 from .storage.memory import MemoryStorage
 from .token import RequestToken
 
@@ -119,9 +119,6 @@ class CancellationRegistry:
         self.instance_id = uuid.uuid4().hex[:12]
         self._storage.bind(self.instance_id)
         self._owners = Owners(self.instance_id + ":")
-        # The storage's synchronous face, when it has one (see Storage): the hot paths
-        # then run without a coroutine per layer.
-        self._sync = self._storage if self._storage.synchronous else None
         self._janitor: asyncio.Task[None] | None = None
 
     # -- configuration -----------------------------------------------------------------
@@ -246,11 +243,7 @@ class CancellationRegistry:
         """
         if request_id is None:
             return
-        sync = self._sync
-        if sync is not None:  # never waits: no coroutine per layer on the hot path
-            self._record_nowait(sync, request_id, reason, scope, method, False)
-        else:
-            await self._record(request_id, reason, scope, method, False)
+        await self._record(request_id, reason, scope, method, False)
 
     async def cancel_in_flight(
         self,
@@ -268,9 +261,6 @@ class CancellationRegistry:
         """
         if request_id is None:
             return False
-        sync = self._sync
-        if sync is not None:
-            return self._record_nowait(sync, request_id, reason, scope, method, True)
         return await self._record(request_id, reason, scope, method, True)
 
     def _prepare(
@@ -291,32 +281,10 @@ class CancellationRegistry:
         quota = self._quota
         return key, text, quota.limits_for(scope) if quota.overridden else self._limits
 
-    def _record_nowait(
-        self,
-        sync: Storage,
-        request_id: object,
-        reason: object,
-        scope: str,
-        method: str | None,
-        in_flight: bool,
-    ) -> bool:
-        """cancel() and cancel_in_flight() through a storage that never waits: plain calls
-        only, and for a plain result (nothing evicted, within the quota: what nearly every
-        call gets) no more than its ``request.cancelled`` signal."""
-        key, text, limits = self._prepare(request_id, reason, scope)
-        result = sync.add_nowait(scope, key, text, limits, in_flight)
-        if result is RECORDED or result is UPDATED:
-            if signals.request_cancelled.receivers:
-                signals.request_cancelled.send(
-                    self, request_id=key, scope=scope, reason=text, method=method
-                )
-            return True
-        return self._report(result, key, scope, text, method)
-
     async def _record(
         self, request_id: object, reason: object, scope: str, method: str | None, in_flight: bool
     ) -> bool:
-        """cancel() and cancel_in_flight() through a storage that may wait."""
+        """cancel() and cancel_in_flight(): one storage call, then the signals."""
         key, text, limits = self._prepare(request_id, reason, scope)
         result = await self._storage.add(
             scope, key, text, limits=limits, require_in_flight=in_flight

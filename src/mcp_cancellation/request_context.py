@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from threading import current_thread
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
@@ -49,15 +48,11 @@ class RequestContext(Owner):
     the registry's :attr:`~CancellationRegistry.owners` and
     :attr:`~CancellationRegistry.storage`, handed to it by the registry.
 
-    Its owner is the running task when the storage may wait, and the current thread when
-    it never does (a :class:`~mcp_cancellation.storage.SynchronousStorage`): there the exit
-    runs to its end whenever the task ends, normally, cancelled, or by its coroutine being
-    closed or collected, so only a dead thread can leave a row behind, and the thread is
-    what the dead-owner sweep checks. (Looking the task up costs a ``getpid()`` system call
-    on Python 3.11, a tenth of a request's life; ``benchmarks/registry.py``, 1.)
+    Its owner is the running task (or the thread, outside a task): the dead-owner sweep
+    releases the rows of an owner that is gone without having exited.
     """
 
-    __slots__ = ("_key", "_owners", "_previous", "_registry", "_scope", "_storage", "_sync")
+    __slots__ = ("_key", "_owners", "_previous", "_registry", "_scope", "_storage")
 
     def __init__(
         self,
@@ -71,7 +66,6 @@ class RequestContext(Owner):
         self._registry = registry
         self._owners = owners
         self._storage = storage
-        self._sync = storage.synchronous
         self._scope = scope
         # Validate eagerly so a bad id fails before the block runs, writing nothing.
         self._key = key = None if request_id is None else normalize_id(request_id)
@@ -83,15 +77,9 @@ class RequestContext(Owner):
         token = self.token
         key = self._key
         if key is not None:
-            sync = self._sync
-            owner_id = self._owners.enter(
-                self, current_thread() if sync else current_owner_object()
-            )
+            owner_id = self._owners.enter(self, current_owner_object())
             try:
-                if sync:
-                    self._storage.track_nowait(self._scope, key, owner_id, token)
-                else:
-                    await self._storage.track(self._scope, key, owner_id, token)
+                await self._storage.track(self._scope, key, owner_id, token)
             except StorageUnavailable as exc:
                 # The request runs anyway, uncancellable through the storage until it comes
                 # back; finish() below still runs, so a storage that registered the token
@@ -122,12 +110,9 @@ class RequestContext(Owner):
             return
         self.id = ""
         try:
-            if self._sync:
-                self._storage.finish_nowait(self._scope, self._key, owner_id)  # type: ignore[arg-type]
-            else:
-                # Storages complete finish() even if this task is cancelled meanwhile (the
-                # very case cancellation produces), so rows never wait for the janitor.
-                await self._storage.finish(self._scope, self._key, owner_id)  # type: ignore[arg-type]
+            # Storages complete finish() even if this task is cancelled meanwhile (the very
+            # case cancellation produces), so rows never wait for the janitor.
+            await self._storage.finish(self._scope, self._key, owner_id)  # type: ignore[arg-type]
         except StorageUnavailable as error:
             # Never turn a finished request into an error: the rows expire with the TTL
             # and the worker heartbeat instead.

@@ -242,7 +242,7 @@ class Harness:
     def stats(self) -> StorageStats:
         storage = self.registry.storage
         assert isinstance(storage, MemoryStorage)
-        return storage.stats_nowait()
+        return storage.stats_from_thread(0)
 
     async def wait_empty(self) -> None:
         """No row left behind: neither cancellations nor in-flight requests."""
@@ -490,13 +490,7 @@ async def workers_sharing(
 
 
 class FlakyStorage(MemoryStorage):
-    """A memory storage whose backend "goes away" on demand (fault injection).
-
-    It fails through the async face only, so it declares itself not synchronous: the
-    registry then uses that face, as it does for any storage behind a server.
-    """
-
-    synchronous = False
+    """A memory storage whose backend "goes away" on demand (fault injection)."""
 
     def __init__(self) -> None:
         super().__init__()

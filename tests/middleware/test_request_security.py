@@ -87,7 +87,7 @@ async def test_dns_rebinding_host_cannot_cancel() -> None:
                 tg.start_soon(call)
                 assert isinstance(registry.storage, MemoryStorage)
                 storage: MemoryStorage = registry.storage
-                await async_wait_until(lambda: storage.stats_nowait().in_flight)
+                await async_wait_until(lambda: storage.stats_from_thread(0).in_flight)
                 evil = {
                     **headers,
                     "host": f"evil.example:{server.port}",
@@ -103,7 +103,7 @@ async def test_dns_rebinding_host_cannot_cancel() -> None:
             answer = json.loads(results[0].text)
             assert "error" not in answer, answer
             assert answer["result"]["isError"] is False
-            assert storage.stats_nowait().rows == {}
+            assert storage.stats_from_thread(0).rows == {}
 
 
 @pytest.mark.parametrize(

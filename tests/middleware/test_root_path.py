@@ -58,5 +58,5 @@ async def test_root_path_requests_are_tracked_and_cancellable(
     assert final_message(answers["call"])["error"]["code"] == REQUEST_CANCELLED
     storage = registry.storage
     assert isinstance(storage, MemoryStorage)
-    await async_wait_until(lambda: storage.stats_nowait().total_in_flight == 0, within=5)
-    assert storage.stats_nowait().total_rows == 0
+    await async_wait_until(lambda: storage.stats_from_thread(0).total_in_flight == 0, within=5)
+    assert storage.stats_from_thread(0).total_rows == 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import blinker
 import pytest
+import sortedcontainers
 
 from ..support import project_root
 
@@ -30,10 +31,11 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def bare_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A new virtualenv holding the wheel and its one dependency (blinker), no extra.
+    """A new virtualenv holding the wheel and its dependencies (blinker,
+    sortedcontainers), no extra.
 
-    Nothing is downloaded: pip installs the local wheel without dependencies, and blinker
-    (pure Python) is copied from the test environment.
+    Nothing is downloaded: pip installs the local wheel without dependencies, and the
+    dependencies (pure Python) are copied from the test environment.
     """
     home = tmp_path_factory.mktemp("bare-venv")
     venv.create(home, with_pip=True, symlinks=True)
@@ -52,6 +54,7 @@ def bare_venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
             text=True,
         ).stdout.strip()
     )
-    assert blinker.__file__ is not None
-    shutil.copytree(Path(blinker.__file__).parent, site / "blinker")
+    for dependency in (blinker, sortedcontainers):
+        assert dependency.__file__ is not None
+        shutil.copytree(Path(dependency.__file__).parent, site / dependency.__name__)
     return python

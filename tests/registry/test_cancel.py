@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from typing import Any
 
@@ -13,7 +12,6 @@ from mcp.server.auth.provider import AccessToken
 
 from mcp_cancellation import (
     CancellationRegistry,
-    MemoryStorage,
     RequestCancelled,
     cancelled,
     current_token,
@@ -224,56 +222,7 @@ async def test_token_is_readable_from_a_worker_thread(registry: CancellationRegi
     assert seen == [True, True]
 
 
-# -- clear reads before it writes (the embedded storage's lock) -------------------------
-
-
-class _CountingLock:
-    """Wraps the storage's real lock and counts acquisitions."""
-
-    def __init__(self, lock: Any) -> None:
-        self.lock = lock
-        self.acquired = 0
-
-    def __enter__(self) -> bool:
-        self.acquired += 1
-        result: bool = self.lock.__enter__()
-        return result
-
-    def __exit__(self, *exc: object) -> None:
-        self.lock.__exit__(*exc)
-
-
-async def test_clear_of_an_absent_row_takes_no_lock() -> None:
-    storage = MemoryStorage()
-    registry = CancellationRegistry(storage, janitor_interval=None)
-    await registry.cancel(1, scope="s")
-    counting = _CountingLock(storage._lock)
-    storage._lock = counting  # type: ignore[assignment]
-    await registry.clear(2, scope="s")  # scope exists, row does not
-    await registry.clear(1, scope="other")  # scope does not exist
-    assert counting.acquired == 0
-    await registry.clear(1, scope="s")  # present: one write, under the lock
-    assert counting.acquired == 1
-    assert await rows(registry) == {}
-
-
-async def test_clear_of_an_absent_row_completes_while_the_lock_is_held() -> None:
-    storage = MemoryStorage()
-    registry = CancellationRegistry(storage, janitor_interval=None)
-    await registry.cancel(1, scope="s")
-    finished = threading.Event()
-
-    def clear_absent() -> None:
-        asyncio.run(registry.clear(2, scope="s"))
-        finished.set()
-
-    worker = threading.Thread(target=clear_absent)
-    with storage._lock:  # a writer holds the lock: a clear that wanted it would block
-        worker.start()
-        completed = finished.wait(timeout=10)
-    worker.join(timeout=10)
-    assert completed
-    assert await registry.is_cancelled(1, scope="s")
+# -- clear reads before it writes -------------------------------------------------------
 
 
 @pytest.mark.redis

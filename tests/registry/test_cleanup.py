@@ -258,12 +258,12 @@ async def test_a_task_left_pending_on_a_closed_loop_is_swept() -> None:
 
 
 @pytest.mark.parametrize("ending", ["closed", "collected"])
-async def test_a_request_block_on_a_synchronous_storage_ends_with_its_coroutine(
+async def test_a_request_block_on_the_memory_storage_ends_with_its_coroutine(
     ending: str,
 ) -> None:
-    """With a storage that never waits a ``request()`` block is owned by its thread (a
-    live one here): its exit runs to its end when its coroutine is closed or collected
-    mid-block, so it leaves no row for a sweep that would not see it."""
+    """A ``request()`` block's exit on the memory storage runs to its end when its
+    coroutine is closed or collected mid-block (its owner, the test's task, lives on), so
+    it leaves no row for a sweep that would not see it."""
     registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
 
     class Suspend:

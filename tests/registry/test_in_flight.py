@@ -172,14 +172,14 @@ async def test_a_request_reusing_an_id_never_inherits_a_cancellation_of_the_one_
     assert await rows(registry) == {}
 
 
-async def test_a_synchronous_storage_that_cannot_track_leaves_the_request_running(
+async def test_a_storage_that_cannot_track_leaves_the_request_running(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A storage that never waits but reports itself unavailable while tracking is
-    treated as the Redis storage is: one warning, the block runs, its exit releases."""
+    """A storage that reports itself unavailable while tracking: one warning, the block
+    runs, its exit releases."""
 
     class Unavailable(MemoryStorage):
-        def track_nowait(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
+        async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
             raise StorageUnavailable("down for the test")
 
     registry = CancellationRegistry(Unavailable(), janitor_interval=None)

@@ -177,7 +177,7 @@ def test_eight_threads_each_with_its_own_loop(busy_switching: None) -> None:
     )
     totals = _run_threads(registry, THREADS, OPERATIONS)
     asyncio.run(_check(registry))
-    assert sum(storage.stats_nowait().in_flight.values()) == 0  # every request ended
+    assert sum(storage.stats_from_thread(0).in_flight.values()) == 0  # every request ended
     assert len(registry.owners) == 0
     # The mix really exercised each path. (Whether a cancel_in_flight into a shared scope
     # met another thread's request, or the random mix hit the quota, depends on how the

@@ -30,7 +30,7 @@ _RANGE = re.compile(r"\[([^\]]*)\]")
 def known_metric_names() -> frozenset[str]:
     """Every metric name the Prometheus bridge exports, as PromQL names it (counters with
     their ``_total``): :data:`mcp_cancellation.telemetry.prometheus.METRIC_NAMES`."""
-    from ..telemetry._catalogue import METRIC_NAMES
+    from ..telemetry import METRIC_NAMES
 
     return frozenset(METRIC_NAMES)
 

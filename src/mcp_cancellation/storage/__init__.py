@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .base import AddResult, Limits, Storage, StorageStats, SynchronousStorage, TableSummary
+from .._extras import lazy
+from .base import AddResult, Limits, Storage, StorageStats, TableSummary
 from .memory import MemoryStorage
 
 if TYPE_CHECKING:
@@ -17,15 +18,9 @@ __all__ = [
     "RedisStorage",
     "Storage",
     "StorageStats",
-    "SynchronousStorage",
     "TableSummary",
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # RedisStorage needs the optional ``redis`` extra; import it only when asked for.
-    if name == "RedisStorage":
-        from .redis import RedisStorage
-
-        return RedisStorage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# RedisStorage needs the optional ``redis`` extra; import it only when asked for.
+__getattr__ = lazy(__name__, {"RedisStorage": ".redis"})

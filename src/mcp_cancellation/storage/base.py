@@ -21,7 +21,7 @@ import os
 import socket
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from ..scope import scope_kind
 
@@ -36,7 +36,6 @@ __all__ = [
     "RECORDED",
     "Storage",
     "StorageStats",
-    "SynchronousStorage",
     "TableSummary",
     "UPDATED",
 ]
@@ -100,11 +99,8 @@ class AddResult:
     evicted_kinds: Mapping[str, int] | None = field(default=None, compare=False)
 
 
-#: The plain results of :meth:`Storage.add` (nothing evicted, within the quota), shared. A
-#: storage that returns these very objects spares the registry the reporting that
-#: evictions and refusals need: it sends ``request.cancelled`` and no more
-#: (:class:`~mcp_cancellation.MemoryStorage` does; an equal result works as well, through
-#: the full check).
+#: The plain results of :meth:`Storage.add` (nothing evicted, within the quota), which a
+#: storage may share instead of building its own.
 RECORDED: Final = AddResult("recorded")
 UPDATED: Final = AddResult("updated")
 
@@ -175,21 +171,12 @@ class Storage(abc.ABC):
     Implementations must be safe to call from several threads, each running its own
     event loop, and must keep each method atomic with respect to the others.
 
-    **The synchronous face.** A storage whose rows live in this process can answer without
-    waiting. It sets :attr:`synchronous` and implements :meth:`add_nowait`,
-    :meth:`track_nowait` and :meth:`finish_nowait`; the registry then calls those on its
-    hot paths instead of awaiting a coroutine per layer (measured: ``benchmarks/
-    registry.py``). A storage that talks to a server leaves :attr:`synchronous` false and
-    the ``*_nowait`` methods unimplemented; the registry never calls them. An in-process
-    storage derives from :class:`SynchronousStorage`, which turns its ``*_nowait`` methods
-    into the coroutines of the contract.
-
     **Stats and summaries.** :meth:`stats` reads row counts per scope: a full read, for
     operators and tests. :meth:`summary` reads what a scrape needs (totals by scope kind
     and the *k* largest scopes) from an index the storage keeps as rows come and go, so
-    its cost does not grow with the table. The ``*_nowait`` and ``*_from_thread`` forms
-    serve collectors that cannot await. A storage that keeps no index inherits summaries
-    computed from :meth:`stats`.
+    its cost does not grow with the table. The ``*_from_thread`` forms serve collectors
+    that run on a thread of their own and cannot await. A storage that keeps no index
+    inherits summaries computed from :meth:`stats`.
 
     **Identity and health.** :attr:`identity` names the table the storage holds, the same
     in every process that shares it (the ``storage`` label of the table-state gauges, so
@@ -200,8 +187,6 @@ class Storage(abc.ABC):
 
     #: Short name used in logs and benchmarks.
     name: str = "storage"
-    #: Whether the ``*_nowait`` methods are implemented and never wait (see above).
-    synchronous: bool = False
 
     @property
     def identity(self) -> str:
@@ -271,27 +256,18 @@ class Storage(abc.ABC):
     async def stats(self) -> StorageStats:
         """Row counts per scope."""
 
-    def stats_nowait(self) -> StorageStats | None:
-        """Row counts per scope without waiting, or ``None`` if only :meth:`stats` can
-        read them (a storage behind a server)."""
-        return None
-
     def stats_from_thread(self, timeout: float) -> StorageStats | None:
         """Row counts per scope for a caller that cannot await (a metrics exporter's own
-        thread): :meth:`stats_nowait` when it answers, else a storage behind a server
-        reads them on its own event loop, waiting at most *timeout* seconds. ``None`` when
-        they cannot be read in time, or when waiting would block the storage's own loop."""
-        return self.stats_nowait()
+        thread), within *timeout* seconds: an in-process storage reads them at once, a
+        storage behind a server on its own event loop. ``None`` when they cannot be read
+        in time, or when waiting would block the storage's own loop (the default: a
+        storage that does not implement it)."""
+        return None
 
     async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
         """Row totals by scope kind, the *top_k* largest scopes and, with *at_least*, how
         many scopes hold at least that many rows (see :class:`TableSummary`)."""
         return TableSummary.of(await self.stats(), top_k, at_least)
-
-    def summary_nowait(self, top_k: int, at_least: int | None = None) -> TableSummary | None:
-        """:meth:`summary` without waiting, or ``None`` if only :meth:`summary` can."""
-        stats = self.stats_nowait()
-        return None if stats is None else TableSummary.of(stats, top_k, at_least)
 
     def summary_from_thread(
         self, top_k: int, timeout: float, at_least: int | None = None
@@ -299,27 +275,6 @@ class Storage(abc.ABC):
         """:meth:`summary` for a caller that cannot await, as :meth:`stats_from_thread`."""
         stats = self.stats_from_thread(timeout)
         return None if stats is None else TableSummary.of(stats, top_k, at_least)
-
-    # -- the synchronous face (storages with ``synchronous = True``) -------------------
-
-    def add_nowait(
-        self,
-        scope: str,
-        key: str,
-        reason: str | None,
-        limits: Limits,
-        require_in_flight: bool = False,
-    ) -> AddResult:
-        """:meth:`add`, without waiting."""
-        raise NotImplementedError(f"{type(self).__name__} is not synchronous")
-
-    def track_nowait(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
-        """:meth:`track`, without waiting."""
-        raise NotImplementedError(f"{type(self).__name__} is not synchronous")
-
-    def finish_nowait(self, scope: str, key: str, owner: str) -> None:
-        """:meth:`finish`, without waiting."""
-        raise NotImplementedError(f"{type(self).__name__} is not synchronous")
 
     async def ping(self) -> None:  # noqa: B027 - optional hook
         """Check that the storage answers; raise
@@ -330,74 +285,3 @@ class Storage(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release connections and background tasks."""
-
-
-class SynchronousStorage(Storage):
-    """A storage whose rows live in this process, so that nothing it does waits: it
-    implements the ``*_nowait`` methods (plus :meth:`get`, :meth:`is_tracked` and
-    :meth:`cleanup`), and the coroutines of the contract are derived from them here, once
-    for every in-process storage."""
-
-    synchronous = True
-
-    @abc.abstractmethod
-    def add_nowait(
-        self,
-        scope: str,
-        key: str,
-        reason: str | None,
-        limits: Limits,
-        require_in_flight: bool = False,
-    ) -> AddResult:
-        """:meth:`add`, without waiting."""
-
-    @abc.abstractmethod
-    def remove_nowait(self, scope: str, key: str) -> bool:
-        """:meth:`remove`, without waiting."""
-
-    @abc.abstractmethod
-    def track_nowait(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
-        """:meth:`track`, without waiting."""
-
-    @abc.abstractmethod
-    def untrack_nowait(self, scope: str, key: str, owner: str) -> None:
-        """:meth:`untrack`, without waiting."""
-
-    @abc.abstractmethod
-    def finish_nowait(self, scope: str, key: str, owner: str) -> None:
-        """:meth:`finish`, without waiting."""
-
-    @abc.abstractmethod
-    def stats_nowait(self) -> StorageStats:
-        """:meth:`stats`, without waiting: an in-process storage always can."""
-
-    def summary_nowait(self, top_k: int, at_least: int | None = None) -> TableSummary:
-        """:meth:`summary`, without waiting (from :meth:`stats_nowait` unless the storage
-        keeps an index)."""
-        return TableSummary.of(self.stats_nowait(), top_k, at_least)
-
-    async def add(self, scope: str, key: str, reason: str | None, **options: Any) -> AddResult:
-        return self.add_nowait(scope, key, reason, **options)
-
-    async def remove(self, scope: str, key: str) -> bool:
-        return self.remove_nowait(scope, key)
-
-    async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
-        self.track_nowait(scope, key, owner, token)
-
-    async def untrack(self, scope: str, key: str, owner: str) -> None:
-        self.untrack_nowait(scope, key, owner)
-
-    async def finish(self, scope: str, key: str, owner: str) -> None:
-        self.finish_nowait(scope, key, owner)
-
-    async def stats(self) -> StorageStats:
-        return self.stats_nowait()
-
-    async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
-        return self.summary_nowait(top_k, at_least)
-
-    def summary_from_thread(
-        self, top_k: int, timeout: float, at_least: int | None = None
-    ) -> TableSummary:
-        return self.summary_nowait(top_k, at_least)

@@ -28,16 +28,17 @@ from itertools import islice, repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
+from sortedcontainers import SortedList
+
 from ..scope import scope_kind
 from ._in_flight import InFlightTokens
-from ._sorted_chunks import SortedChunks
 from .base import (
     RECORDED,
     UPDATED,
     AddResult,
     Limits,
+    Storage,
     StorageStats,
-    SynchronousStorage,
     TableSummary,
 )
 
@@ -70,10 +71,6 @@ _QUOTA = AddResult("quota")
 _NOT_IN_FLIGHT = AddResult("not_in_flight")
 _NO_TOKENS: tuple[RequestToken, ...] = ()
 
-# Evicted rows freed per insert after an eviction; 64 per insert empties a batch of
-# max_rows // 20 rows within max_rows // 1280 inserts, long before the next eviction.
-_RELEASE_PER_CALL = 64
-
 # Scopes whose rows changed since they were filed in the index, at most: past this many
 # they are re-filed at once. Re-filing a scope costs what one eager index update did (1-3
 # us), so whatever reads the index next (an evicting insert, a scrape, the janitor) pays
@@ -99,7 +96,7 @@ async def _let_others_run() -> None:
     await asyncio.sleep(0)
 
 
-class MemoryStorage(SynchronousStorage):
+class MemoryStorage(Storage):
     """Rows in this process's memory: fast, and invisible to other workers."""
 
     name = "memory"
@@ -117,7 +114,7 @@ class MemoryStorage(SynchronousStorage):
         # The scope-size index (see _Entry): the entry filed for each scope, and the
         # scopes changed since (see _refile). The row totals by scope kind are those of
         # the filed entries: kept by evictions and expiries, and by re-filing.
-        self._index: SortedChunks[_Entry] = SortedChunks()
+        self._index: SortedList[_Entry] = SortedList()
         self._filed: dict[str, _Entry] = {}
         self._changed: set[str] = set()
         self._kind_rows: dict[str, int] = {}
@@ -125,10 +122,8 @@ class MemoryStorage(SynchronousStorage):
         # Rows recorded while nothing of theirs was in flight (a library's cancel() of a
         # request yet to start): the next request tracked claims such a row. Every other
         # row is bound to the requests in flight when it was recorded, and never
-        # cancels a later one. (May name rows gone since: add_nowait() resets an entry.)
+        # cancels a later one. (May name rows gone since: add() resets an entry.)
         self._pending: set[tuple[str, str]] = set()
-        # Rows the cap evicted, awaiting release (see _evict).
-        self._graveyard: list[dict[str, _Row] | list[tuple[str, _Row]] | list[dict[str, _Row]]] = []
 
     @property
     def identity(self) -> str:
@@ -139,18 +134,16 @@ class MemoryStorage(SynchronousStorage):
 
     # -- cancellation rows -------------------------------------------------------------
 
-    def add_nowait(
+    async def add(
         self,
         scope: str,
         key: str,
         reason: str | None,
+        *,
         limits: Limits,
         require_in_flight: bool = False,
     ) -> AddResult:
-        """Synchronous :meth:`add` (the memory storage never waits)."""
-        lock = self._lock
-        lock.acquire()  # not `with`: the hot paths take the lock at half its cost
-        try:
+        with self._lock:
             # Most cancelled ids are not in flight here: one lookup, no list, for those.
             tokens: Collection[RequestToken]
             request = (scope, key)
@@ -174,8 +167,6 @@ class MemoryStorage(SynchronousStorage):
                 evicted: tuple[tuple[str, int], ...] = ()
                 evicted_kinds: dict[str, int] | None = None
                 if limits.max_rows is not None and self._total >= limits.max_rows:
-                    if self._graveyard:  # with a batch of 1, every insert at the cap evicts
-                        self._release(_RELEASE_PER_CALL)
                     evicted_kinds = {}
                     evicted = self._evict(limits.eviction_batch, evicted_kinds)
                     rows = self._rows.get(scope)
@@ -200,17 +191,11 @@ class MemoryStorage(SynchronousStorage):
                         self._refile()
                 if evicted or over:
                     outcome = AddResult("recorded", evicted, over, evicted_kinds)
-                    if not evicted and self._graveyard:
-                        self._release(_RELEASE_PER_CALL)
                 else:
-                    if self._graveyard:
-                        self._release(_RELEASE_PER_CALL)
                     outcome = RECORDED
             for token in tokens:
                 token._cancel(reason)
             return outcome
-        finally:
-            lock.release()
 
     def _refile(self) -> None:
         """Bring the index up to date: re-file each changed scope once (or drop it if it
@@ -243,74 +228,39 @@ class MemoryStorage(SynchronousStorage):
                 kind_rows[kind] = kind_rows.get(kind, 0) + size
         changed.clear()
         if resort:
-            index.replace(filed.values())
-
-    def _release(self, budget: int = 0) -> None:
-        """Free up to *budget* evicted rows (all with 0). Called under the lock."""
-        graveyard = self._graveyard
-        unlimited = budget <= 0
-        while graveyard and (unlimited or budget > 0):
-            dead = graveyard[-1]
-            count = len(dead) if unlimited else min(budget, len(dead))
-            if isinstance(dead, list):
-                del dead[len(dead) - count :]
-            else:
-                popitem = dead.popitem
-                for _ in range(count):
-                    popitem()
-            budget -= count
-            if not dead:
-                graveyard.pop()
+            index.clear()
+            index.update(filed.values())
 
     def _evict(self, batch: int, kinds: dict[str, int]) -> tuple[tuple[str, int], ...]:
         """Evict *batch* rows (or all there are): largest scope first, oldest row first
         within it, spilling into the next largest; equal sizes go oldest-row first, so when
         every scope ties the batch is simply the oldest rows; *kinds* gains the evicted
-        rows by scope kind. Called under the lock.
-
-        Evicted rows are unlinked, not freed: freeing a batch of cold rows costs far more
-        than unlinking it (a cache miss or three per object), and doing it here would block
-        the event loop for longer as the cap grows. :meth:`_release` frees them a few at a
-        time on the following inserts, so no single insert pays for a whole batch and the
-        graveyard is empty long before the next eviction (one batch is ``batch`` inserts
-        away and each insert releases :data:`_RELEASE_PER_CALL` rows)."""
+        rows by scope kind. Called under the lock."""
         if self._changed:
             self._refile()
         index = self._index
         evicted: list[tuple[str, int]] = []
         remaining = min(batch, self._total)
-        graveyard = self._graveyard
         while remaining > 0 and index:
-            neg = index.first()[0]
+            neg = index[0][0]
             size = -neg
             if size <= remaining:
                 # Scopes evicted whole: as many of this size as the batch takes, off the
                 # front of the index at once (entries (neg, ...) sort before (neg + 1,)).
-                count = min(remaining // size, index.count_below((neg + 1,)))
-                entries = index.pop_front(count)
-                if size == 1:  # one graveyard entry: a row each
-                    graveyard.append(self._bury(entries, 1, kinds))
-                else:
-                    graveyard.extend(self._bury(entries, size, kinds))
+                count = min(remaining // size, index.bisect_left((neg + 1, -math.inf, "", "")))
+                entries = list(index.islice(0, count))
+                del index[:count]
+                self._bury(entries, size, kinds)
                 evicted.extend(zip(map(_SCOPE, entries), repeat(size)))
                 remaining -= count * size
                 continue
             # The last scope of the batch loses only its oldest rows.
-            _, _, scope, kind = index.pop_front(1)[0]
+            _, _, scope, kind = index.pop(0)
             rows = self._rows[scope]
             take = remaining
-            if take * 2 >= len(rows):
-                # Move the few survivors (the newest rows: read from the end) to a fresh
-                # dict and bury the old one whole.
-                survivors = list(islice(reversed(rows.items()), len(rows) - take))
-                survivors.reverse()
-                rest = dict(survivors)
-                graveyard.append(rows)
-            else:
-                keys = list(islice(rows, take))
-                graveyard.append([(key, rows.pop(key)) for key in keys])
-                rest = rows
-            self._keep(scope, rest, kind, take)
+            for key in list(islice(rows, take)):
+                del rows[key]
+            self._keep(scope, rows, kind, take)
             evicted.append((scope, take))
             kinds[kind] = kinds.get(kind, 0) + take
             break
@@ -326,23 +276,19 @@ class MemoryStorage(SynchronousStorage):
         self._kind_rows[kind] -= lost
         self._total -= lost
 
-    def _bury(
-        self, entries: list[_Entry], size: int, kinds: dict[str, int] | None = None
-    ) -> list[dict[str, _Row]]:
+    def _bury(self, entries: list[_Entry], size: int, kinds: dict[str, int] | None = None) -> None:
         """Unlink the scopes of *entries*, of *size* rows each and already taken out of the
         index: their filed entries, kind totals and row total go with them (and into
-        *kinds*, by kind, if given); their rows are returned, for the graveyard or to be
-        freed. Called under the lock.
+        *kinds*, by kind, if given). Called under the lock.
 
         A flood of rotating addresses leaves thousands of one-row scopes to evict or
         expire at once. Scope by scope in Python, as a scope that loses only some of its
         rows must be, each cost about 2 us; here the work per scope is C-level (two maps,
         a loop of deletes, a count of their kinds)."""
         scopes = list(map(_SCOPE, entries))
-        rows = list(map(self._rows.pop, scopes))
-        filed = self._filed
+        all_rows, filed = self._rows, self._filed
         for scope in scopes:
-            del filed[scope]
+            del all_rows[scope], filed[scope]
         kind_rows = self._kind_rows
         for kind, count in Counter(map(_KIND, entries)).items():
             lost = count * size
@@ -350,26 +296,13 @@ class MemoryStorage(SynchronousStorage):
             if kinds is not None:
                 kinds[kind] = kinds.get(kind, 0) + lost
         self._total -= len(scopes) * size
-        return rows
 
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
-        rows = self._rows.get(scope)
-        row = rows.get(key) if rows is not None else None
-        if row is None and rows is not None and self._rows.get(scope) is not rows:
-            # An eviction replaced that dict meanwhile and _release may be emptying it,
-            # survivors included: read the current one.
-            with self._lock:
-                rows = self._rows.get(scope)
-                row = rows.get(key) if rows is not None else None
+        with self._lock:
+            row = self._rows.get(scope, {}).get(key)
         return (False, None) if row is None else (True, row[1])
 
-    def remove_nowait(self, scope: str, key: str) -> bool:
-        """Synchronous :meth:`remove`: a lock-free read, and the lock only to delete."""
-        rows = self._rows.get(scope)
-        if rows is None or (key not in rows and self._rows.get(scope) is rows):
-            # (A dict an eviction replaced meanwhile may be emptied by _release, survivors
-            # included: only a miss in the scope's current dict means the row is absent.)
-            return False
+    async def remove(self, scope: str, key: str) -> bool:
         with self._lock:
             rows = self._rows.get(scope)
             return rows is not None and self._remove_row(scope, key, rows)
@@ -391,12 +324,9 @@ class MemoryStorage(SynchronousStorage):
 
     # -- in-flight rows ----------------------------------------------------------------
 
-    def track_nowait(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
-        """Synchronous :meth:`track`."""
+    async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
         pair = (owner, token)
-        lock = self._lock
-        lock.acquire()  # not `with`: the hot paths take the lock at half its cost
-        try:
+        with self._lock:
             in_flight = self._in_flight
             # The one-owner case is one setdefault; a second owner goes through add().
             if in_flight.setdefault((scope, key), pair) is not pair:
@@ -406,22 +336,15 @@ class MemoryStorage(SynchronousStorage):
                 if rows is not None and key in rows and (scope, key) in self._pending:
                     self._pending.discard((scope, key))  # claimed: bound to this request
                     token._cancel(rows[key][1])
-        finally:
-            lock.release()
 
-    def untrack_nowait(self, scope: str, key: str, owner: str) -> None:
-        """Synchronous :meth:`untrack`."""
+    async def untrack(self, scope: str, key: str, owner: str) -> None:
         with self._lock:
             self._in_flight.discard(scope, key, owner)
 
-    def finish_nowait(self, scope: str, key: str, owner: str) -> None:
-        """Synchronous :meth:`finish`: untrack and clear under one acquisition of the lock
-        (which untracking needs anyway); the clear itself is a read when nothing was
-        cancelled."""
+    async def finish(self, scope: str, key: str, owner: str) -> None:
+        """Untrack and clear under one acquisition of the lock."""
         request = (scope, key)
-        lock = self._lock
-        lock.acquire()
-        try:
+        with self._lock:
             in_flight = self._in_flight
             entry = in_flight.get(request)
             if type(entry) is tuple and entry[0] == owner:
@@ -432,8 +355,6 @@ class MemoryStorage(SynchronousStorage):
             if rows is not None and key in rows:
                 self._remove_row(scope, key, rows)
                 self._pending.discard(request)
-        finally:
-            lock.release()
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         return self._in_flight.count(scope, key) > 0
@@ -445,7 +366,6 @@ class MemoryStorage(SynchronousStorage):
         each under the lock; between two, an asyncio event loop runs its other
         work (the pass then also expires nothing recorded after it began)."""
         with self._lock:
-            self._release()
             swept = self._in_flight.sweep(set(dead_owners))
             in_flight_removed = len(swept)
             # A dead owner's cancellation rows go with it, unless another owner of the
@@ -485,21 +405,27 @@ class MemoryStorage(SynchronousStorage):
             self._refile()
         index = self._index
         removed = 0
-        first = index.first() if index else None
+        first = index[0] if index else None
         while first is not None:
             neg = first[0]
             if first[1] < deadline:  # the oldest of this size expired: maybe more did
                 # (neg, deadline, "") sorts after exactly the entries of this size whose
                 # oldest row is older than the deadline.
                 size = -neg
-                run = index.pop_range(first, (neg, deadline, ""), max(1, limit // size))
+                start = index.bisect_left(first)
+                stop = min(
+                    index.bisect_left((neg, deadline, "", "")), start + max(1, limit // size)
+                )
+                run = list(index.islice(start, stop))
+                del index[start:stop]
                 removed += self._expire_run(run, size, deadline)
                 limit -= len(run) * size
                 if limit <= 0:
                     return removed, True
             # Scopes the run left smaller were filed again, later in the index: each is
             # seen again with its new size, and its oldest row has not expired.
-            first = index.first_from((neg + 1, -math.inf, ""))
+            at = index.bisect_left((neg + 1, -math.inf, "", ""))
+            first = index[at] if at < len(index) else None
         return removed, False
 
     def _expire_run(self, run: list[_Entry], size: int, deadline: float) -> int:
@@ -528,26 +454,35 @@ class MemoryStorage(SynchronousStorage):
                     expired += 1
                 self._keep(scope, dict(islice(rows.items(), expired, None)), kind, expired)
                 removed += expired
-        self._bury(whole, size)  # their rows are freed here, as the janitor's work
+        self._bury(whole, size)
         return removed + len(whole) * size
 
-    def stats_nowait(self) -> StorageStats:
-        """Synchronous :meth:`stats`: the memory storage always can."""
+    async def stats(self) -> StorageStats:
+        return self.stats_from_thread(0)
+
+    def stats_from_thread(self, timeout: float) -> StorageStats:
+        """:meth:`stats`, at once (from any thread)."""
         with self._lock:
             rows = {scope: len(r) for scope, r in self._rows.items()}
             in_flight = self._in_flight.counts()
         return StorageStats(rows=rows, in_flight=in_flight)
 
-    def summary_nowait(self, top_k: int, at_least: int | None = None) -> TableSummary:
-        """Synchronous :meth:`summary`: O(top_k log n) from the index, plus the in-flight
-        rows (the requests running now)."""
+    async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
+        """O(top_k log n) from the index, plus the in-flight rows (the requests running
+        now)."""
+        return self.summary_from_thread(top_k, 0, at_least)
+
+    def summary_from_thread(
+        self, top_k: int, timeout: float, at_least: int | None = None
+    ) -> TableSummary:
+        """:meth:`summary`, at once (from any thread)."""
         with self._lock:
             if self._changed:
                 self._refile()
             largest = tuple((scope, -neg) for neg, _, scope, _ in islice(self._index, top_k))
             # Entries are (-rows, first, scope, kind): rows >= at_least sort before this probe.
-            probe = (1 - (at_least or 0), -math.inf, "")
-            near = 0 if at_least is None else self._index.count_below(probe)
+            probe = (1 - (at_least or 0), -math.inf, "", "")
+            near = 0 if at_least is None else self._index.bisect_left(probe)
             rows = {kind: n for kind, n in self._kind_rows.items() if n}
             flights = self._in_flight.counts()
         in_flight: dict[str, int] = {}
@@ -564,7 +499,6 @@ class MemoryStorage(SynchronousStorage):
             expected = sorted(
                 _entry(scope, rows, scope_kind(scope)) for scope, rows in self._rows.items()
             )
-            self._index.check()
             assert list(self._index) == expected, "scope-size index out of step"
             assert sorted(self._filed.values()) == expected, "filed entries out of step"
             kinds: dict[str, int] = {}

@@ -26,7 +26,7 @@ or, with your own ``prometheus_client`` setup::
 
 Gauges need the table's state synchronously at collect time: the storage's summary (rows
 by scope kind and the ``top_k`` largest scopes, read from its scope-size index, never a
-scan of the table). :class:`MemoryStorage` gives it at once (``summary_nowait()``); a
+scan of the table). :class:`MemoryStorage` gives it at once (``summary_from_thread()``); a
 shared storage such as Redis cannot be awaited inside ``collect()``, so
 :func:`metrics_app` awaits it (:meth:`PrometheusBridge.refresh`) before rendering and hands
 it to the collector; other exposition paths read it from their own thread
