@@ -46,9 +46,15 @@ def int_limit(name: str, value: int | _Unset | None, env: str, default: int | No
 
 
 def seconds(
-    name: str, value: float | _Unset | None, env: str | None, default: float | None
+    name: str,
+    value: float | _Unset | None,
+    env: str | None,
+    default: float | None,
+    *,
+    zero: bool = False,
 ) -> float | None:
-    """A positive, finite number of seconds or ``None``, from *value*, ``$env`` or *default*."""
+    """A positive (with *zero*, non-negative), finite number of seconds or ``None``, from
+    *value*, ``$env`` or *default*."""
     source = name
     if isinstance(value, _Unset):
         raw = os.environ.get(env) if env else None
@@ -69,6 +75,7 @@ def seconds(
         number = float(value)
     except OverflowError:  # an int too large for a float is not a finite duration
         number = math.inf
-    if not math.isfinite(number) or number <= 0:
-        raise ConfigurationError(f"{source} must be positive and finite, not {value!r}")
+    if not math.isfinite(number) or number < 0 or (number == 0 and not zero):
+        least = "non-negative" if zero else "positive"
+        raise ConfigurationError(f"{source} must be {least} and finite, not {value!r}")
     return number

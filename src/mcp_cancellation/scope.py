@@ -24,6 +24,8 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+from .errors import ConfigurationError
+
 __all__ = [
     "PRINCIPAL_KEY",
     "SCOPE_KINDS",
@@ -34,6 +36,7 @@ __all__ = [
     "rows_by_kind",
     "scope_kind",
     "scope_of",
+    "trusted_networks",
 ]
 
 #: ASGI scope key under which server code puts a session id it has validated.
@@ -83,6 +86,18 @@ def client_bucket(address: str | None) -> str:
     if isinstance(parsed, ipaddress.IPv6Address):
         return str(ipaddress.IPv6Network((int(parsed) >> 64 << 64, 64)))
     return str(parsed)
+
+
+def trusted_networks(entries: str | Iterable[str]) -> tuple[str, ...]:
+    """*entries* (addresses or CIDR blocks, or one of them) as normalised networks; a
+    :class:`~mcp_cancellation.ConfigurationError` names an entry that is neither."""
+    networks = []
+    for entry in (entries,) if isinstance(entries, str) else entries:
+        try:
+            networks.append(str(ipaddress.ip_network(str(entry).strip(), strict=False)))
+        except ValueError as exc:
+            raise ConfigurationError(f"invalid trusted proxy {entry!r}: {exc}") from None
+    return tuple(networks)
 
 
 @functools.lru_cache(maxsize=64)

@@ -4,6 +4,7 @@ still complete, rows that are never leaked, and service that resumes by itself."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import socket
 from collections.abc import Iterator
@@ -386,3 +387,99 @@ async def test_a_lost_table_is_noticed_by_the_next_call_and_rebuilt_by_every_wor
         # ... after which the cancellation is recorded and reaches the request.
         assert await other_worker.cancel_in_flight(1, "now", scope="s")
         await async_wait_until(lambda: token.cancelled, within=10)
+
+
+class HoldingProxy:
+    """A TCP proxy to a real redis-server that can hold what its clients send while the
+    server's answers still flow: one worker's slow path to Redis, the others' unaffected."""
+
+    def __init__(self, port: int) -> None:
+        self._target = port
+        self._open = asyncio.Event()
+        self._open.set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.url = ""
+
+    async def __aenter__(self) -> HoldingProxy:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.url = f"redis://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/0"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._open.set()
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def hold(self) -> None:
+        self._open.clear()
+
+    def release(self) -> None:
+        self._open.set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target)
+
+        async def pump(
+            source: asyncio.StreamReader, sink: asyncio.StreamWriter, held: bool
+        ) -> None:
+            with contextlib.suppress(OSError, asyncio.CancelledError):
+                while data := await source.read(65536):
+                    if held:
+                        await self._open.wait()
+                    sink.write(data)
+                    await sink.drain()
+            sink.close()
+
+        for task in (
+            asyncio.create_task(pump(reader, up_writer, True)),
+            asyncio.create_task(pump(up_reader, writer, False)),
+        ):
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+
+async def test_a_cancellation_that_overtakes_a_track_on_its_way_still_stops_the_request(
+    server: RedisServer, prefix: str, raw: Redis
+) -> None:
+    """Worker A's track is held on its way to Redis while worker B records a cancellation
+    of that request: B finds nothing in flight (the client still gets its 202), and the
+    track, once it lands, claims the cancellation. A request that starts after such a miss
+    is not touched by it."""
+    async with HoldingProxy(server.port) as proxy:
+        slow = ObservedRedisStorage.from_url(proxy.url, prefix=prefix, max_wait=0)
+        a = CancellationRegistry(slow, janitor_interval=None)
+        b = CancellationRegistry(RedisStorage.from_url(server.url, prefix=prefix))
+        try:
+            assert not await a.in_flight("warm", scope="s")
+            assert not await b.in_flight("warm", scope="s")
+            await settled(slow)
+            proxy.hold()
+            async with a.request(7, scope="s") as token:
+                assert not await b.cancel_in_flight(7, "overtaken", scope="s")
+                proxy.release()
+                await async_wait_until(lambda: token.cancelled, within=10)
+                assert token.reason == "overtaken"
+
+            assert not await b.cancel_in_flight(8, "too early", scope="s")
+            missed_at = await _redis_ms(raw)
+            await async_wait_until(lambda: _later_than(raw, missed_at + 2), within=10)
+            proxy.hold()
+            async with a.request(8, scope="s") as later:
+                proxy.release()
+                await async_wait_until(lambda: b.in_flight(8, scope="s"), within=10)
+                assert not later.cancelled
+        finally:
+            proxy.release()
+            await a.aclose()
+            await b.aclose()
+
+
+async def _redis_ms(client: Redis) -> int:
+    seconds, micros = await client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def _later_than(client: Redis, ms: int) -> bool:
+    return await _redis_ms(client) > ms

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import ipaddress
 import logging
 import math
 import time
@@ -37,16 +36,15 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._asgi import ASGIApp, Message, Receive, Scope, Send, header
+from .._config import int_limit, seconds
 from .._extras import requires
-from .._ids import normalize_id
 from ..errors import (
-    CancellationLimitReached,
     ConfigurationError,
     InvalidRequestId,
     StorageUnavailable,
 )
 from ..registry import CancellationRegistry
-from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of
+from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of, trusted_networks
 from ..token import OTHER_TOOL
 
 if TYPE_CHECKING:
@@ -57,6 +55,7 @@ if TYPE_CHECKING:
 from . import _jsonrpc
 from ._exchange import DISCONNECT_REASON, Exchange, Watchlists, replay
 from ._jsonrpc import INITIALIZE_METHOD, OTHER, TOOLS_CALL_METHOD, classify
+from ._notifications import answer_cancelled
 from ._sessions import SESSION_HEADER, IssuedSessions
 from ._transport import Transport, find_transport
 
@@ -87,8 +86,6 @@ TOOLS_REFRESH_SECONDS = 5.0
 ToolNames = Iterable[str] | Callable[[], Iterable[str] | Awaitable[Iterable[str]]]
 #: When a client's disconnect cancels its request (``CancellationMiddleware(disconnect_cancels=)``).
 DisconnectPolicy = Literal["auto", "always"]
-_QUOTA_MESSAGE = "Too many outstanding cancellations; try again shortly."
-_STORAGE_MESSAGE = "Cancellation storage unavailable; try again shortly."
 
 
 class CancellationMiddleware:
@@ -144,28 +141,10 @@ class CancellationMiddleware:
             )
         self.disconnect_cancels = disconnect_cancels
         self._checks: set[asyncio.Task[None]] = set()
-        if isinstance(trusted_proxies, str):
-            trusted_proxies = (trusted_proxies,)
-        proxies: list[str] = []
-        for entry in trusted_proxies:
-            try:
-                proxies.append(str(ipaddress.ip_network(str(entry).strip(), strict=False)))
-            except ValueError as exc:
-                raise ConfigurationError(f"invalid trusted proxy {entry!r}: {exc}") from None
-        if stream_cancel_timeout is not None:
-            if isinstance(stream_cancel_timeout, bool) or not isinstance(
-                stream_cancel_timeout, int | float
-            ):
-                raise ConfigurationError("stream_cancel_timeout must be a number of seconds")
-            if not math.isfinite(stream_cancel_timeout) or stream_cancel_timeout < 0:
-                raise ConfigurationError(
-                    f"stream_cancel_timeout must be finite and >= 0, not {stream_cancel_timeout}"
-                )
-        if max_body_bytes is not None:
-            if isinstance(max_body_bytes, bool) or not isinstance(max_body_bytes, int):
-                raise ConfigurationError("max_body_bytes must be an int")
-            if max_body_bytes <= 0:
-                raise ConfigurationError(f"max_body_bytes must be positive, not {max_body_bytes}")
+        stream_cancel_timeout = seconds(
+            "stream_cancel_timeout", stream_cancel_timeout, None, None, zero=True
+        )
+        max_body_bytes = int_limit("max_body_bytes", max_body_bytes, "", None)
         if session_resolver is not None and not callable(session_resolver):
             raise ConfigurationError("session_resolver must be callable")
         self._tool_source: Callable[[], Any] | None = None
@@ -181,7 +160,7 @@ class CancellationMiddleware:
         self._owns_registry = registry is None
         self.registry = registry if registry is not None else CancellationRegistry()
         self.path = path.rstrip("/") or "/"
-        self.trusted_proxies: tuple[str, ...] = tuple(proxies)
+        self.trusted_proxies = trusted_networks(trusted_proxies)
         self.stream_cancel_timeout = stream_cancel_timeout
         self.session_resolver = session_resolver
         self._body_limit_given = max_body_bytes is not None
@@ -388,7 +367,7 @@ class CancellationMiddleware:
         if kind == "cancel" and _jsonrpc.is_handshake_version(
             header(scope, b"mcp-protocol-version")
         ):
-            await self._cancel(scope, receive, send, body, params)
+            await answer_cancelled(self, scope, receive, send, body, params)
         else:
             if method == INITIALIZE_METHOD and self.sessions is not None:
                 send = self.sessions.learning(send)  # a stateful server names the session
@@ -397,135 +376,6 @@ class CancellationMiddleware:
 
     async def _too_large(self, send: Send) -> None:
         await _jsonrpc.send_error(send, 413, _jsonrpc.INVALID_REQUEST, "Request body too large")
-
-    # -- notifications/cancelled ---------------------------------------------------------
-
-    async def _cancel(
-        self, scope: Scope, receive: Receive, send: Send, body: bytes, params: object
-    ) -> None:
-        transport = self._transport or self._find_transport()
-        if not _jsonrpc.is_json_content_type(header(scope, b"content-type")):
-            # Refused like the SDK refuses it, first (400): a cross-site text/plain POST
-            # must not cancel anything.
-            await _jsonrpc.send_error(
-                send, 400, _jsonrpc.INVALID_REQUEST, "Invalid Content-Type header"
-            )
-            return
-        if self._security is not None:
-            # The SDK's Host/Origin allow-list (DNS-rebinding protection) guards its own
-            # endpoint; the middleware answers this notification in front of it, so it
-            # must apply the same check or a rebinding page could cancel the user's calls.
-            # Without ``transport_security``, the SDK app's own settings (_find_transport).
-            from starlette.requests import Request
-
-            refusal = await self._security.validate_request(Request(scope), is_post=True)
-            if refusal is not None:
-                await refusal(scope, receive, send)
-                return
-        event_stream = transport is not None and not transport.manager.json_response
-        if not _jsonrpc.accepts(header(scope, b"accept"), event_stream=event_stream):
-            # The SDK's next check of a POST (406): application/json, and in SSE mode
-            # text/event-stream too.
-            await _jsonrpc.send_error(
-                send, 406, _jsonrpc.INVALID_REQUEST, _jsonrpc.not_acceptable(event_stream)
-            )
-            return
-        if not isinstance(params, dict):
-            await _jsonrpc.send_error(
-                send, 400, _jsonrpc.INVALID_PARAMS, "Invalid params: params must be an object"
-            )
-            return
-        request_id = params.get("requestId")
-        if request_id is None:
-            await _jsonrpc.send_error(
-                send, 400, _jsonrpc.INVALID_PARAMS, "Invalid params: requestId is required"
-            )
-            return
-        # The caller as the middleware sees it now, as when it tracked the caller's calls
-        # (the app's own middleware may add to the ASGI scope later).
-        caller = self.caller_scope(scope)
-        if transport is not None and (
-            not transport.manager.stateless or (transport.guarded and not _authenticated(scope))
-        ):
-            # The SDK answers first, and only its 202 records the cancellation: a stateful
-            # server validates the session (and runs its own per-session cancellation),
-            # and an endpoint behind authentication refuses a caller the middleware does
-            # not see authenticated. An id no row can have is refused first, as always:
-            # by the registry, which reports it as on the other path.
-            try:
-                normalize_id(request_id)
-            except InvalidRequestId:
-                error_answer = await self._record(caller, request_id, params)
-                if error_answer is not None:
-                    await error_answer(send)
-                    return
-            await self._cancel_once_accepted(
-                scope, receive, send, body, caller, request_id, params, transport.manager.stateless
-            )
-            return
-        error_answer = await self._record(caller, request_id, params)
-        if error_answer is not None:
-            await error_answer(send)
-            return
-        if header(scope, SESSION_HEADER) is not None:
-            # An app not known to be the SDK's, with sessions: let it see the notification
-            # too, so that its own per-session cancellation still runs.
-            await self.app(scope, replay(body, None, receive), send)
-            return
-        await _jsonrpc.send_accepted(send)
-
-    async def _record(
-        self, caller: str, request_id: object, params: dict[Any, Any]
-    ) -> Callable[[Send], Awaitable[None]] | None:
-        """Record a notification's cancellation in the *caller*'s scope; the error answer
-        to give instead of 202, if any."""
-        try:
-            await self.registry.cancel_in_flight(
-                request_id, params.get("reason"), caller, method=_jsonrpc.CANCELLED_METHOD
-            )
-        except InvalidRequestId as exc:
-            message = f"Invalid params: {exc}"
-            return lambda send: _jsonrpc.send_error(send, 400, _jsonrpc.INVALID_PARAMS, message)
-        except CancellationLimitReached:
-            return lambda send: _jsonrpc.send_retry_later(
-                send, 429, _jsonrpc.QUOTA_ERROR, _QUOTA_MESSAGE
-            )
-        except StorageUnavailable as exc:
-            logger.warning("cancellation not recorded: %s", exc)
-            return lambda send: _jsonrpc.send_retry_later(
-                send, 503, _jsonrpc.INTERNAL_ERROR, _STORAGE_MESSAGE
-            )
-        return None
-
-    async def _cancel_once_accepted(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        body: bytes,
-        caller: str,
-        request_id: object,
-        params: dict[Any, Any],
-        stateless: bool,
-    ) -> None:
-        """Hand the notification to the app; record it when the app accepts it (202).
-        The registry's error (quota, storage) replaces a stateless app's 202, which did
-        nothing; a stateful app's 202 stands, as its own cancellation of the call ran."""
-        replaced = False
-
-        async def gate(message: Message) -> None:
-            nonlocal replaced
-            if replaced:
-                return  # the rest of the app's 202
-            if message["type"] == "http.response.start" and message.get("status") == 202:
-                error_answer = await self._record(caller, request_id, params)
-                if error_answer is not None and stateless:
-                    replaced = True
-                    await error_answer(send)
-                    return
-            await send(message)
-
-        await self.app(scope, replay(body, None, receive), gate)
 
     def _disconnect_cancels_request(self, scope: Scope) -> bool:
         """Whether the client closing this request's stream cancels it (see
@@ -579,12 +429,6 @@ class CancellationMiddleware:
             self._tool_names = frozenset(str(name) for name in listed)
         except Exception:
             logger.exception("listing the server's tools failed (tool labels stay as they were)")
-
-
-def _authenticated(scope: Scope) -> bool:
-    """Whether an authentication middleware in front of this one authenticated the
-    request (Starlette's ``scope["user"]``)."""
-    return bool(getattr(scope.get("user"), "is_authenticated", False))
 
 
 def _route_path(scope: Scope) -> str | None:

@@ -40,6 +40,9 @@ end
 local in_flight = redis.call('EXISTS', fk) == 1
 if ARGV[5] == '1' and not in_flight then
   if redis.call('EXISTS', LOST) == 1 then return done('behind') end
+  -- A request may have started with its track still on its way here (a worker waits for
+  -- it at most max_wait): that track claims this cancellation (see track()).
+  redis.call('SET', miss_key(m), math.floor(now_us() / 1000) .. ' ' .. renc, 'PX', MISS_MS)
   return done('not_in_flight')
 end
 local stored = in_flight and renc or ('*' .. renc)

@@ -247,7 +247,15 @@ end
 -- `!<owner>` in their request's P f:<m>), or pending ('*' before the encoded reason)
 -- when nothing was in flight: a library's cancel() of a request that has not started.
 -- A pending row is claimed by the next owner tracked, and only by it.
-local function track(scope, key, owner, w)
+-- How long (ms) a cancellation that found its request not in flight waits for a track
+-- still on its way (see track()).
+local MISS_MS = 10000
+local function miss_key(m) return P .. 'miss:' .. m end
+-- Track (scope, key) for owner of worker w. A pending row is claimed (its reason
+-- returned). With age (ms since the worker started the request), a cancellation that
+-- missed the request because its track was still on its way (recorded by ADD within
+-- MISS_MS, after the request started) is claimed too, as a mark of this owner.
+local function track(scope, key, owner, w, age)
   local m = member(scope, key)
   local fk = flight_key(m)
   if redis.call('HSET', fk, owner, w) == 1 then
@@ -260,6 +268,17 @@ local function track(scope, key, owner, w)
     redis.call('HSET', REASONS, m, v)
     redis.call('HSET', fk, '!' .. owner, v)
     return v
+  end
+  if age then
+    local miss = redis.call('GET', miss_key(m))
+    if miss then
+      local space = string.find(miss, ' ', 1, true)
+      if math.floor(now_us() / 1000) - age <= tonumber(string.sub(miss, 1, space - 1)) then
+        v = string.sub(miss, space + 1)
+        redis.call('HSET', fk, '!' .. owner, v)
+        return v
+      end
+    end
   end
   return nil
 end
