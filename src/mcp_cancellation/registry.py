@@ -362,14 +362,23 @@ class CancellationRegistry:
         return await self._storage.is_tracked(scope, normalize_id(request_id))
 
     def request(
-        self, request_id: object, scope: str = "global", *, tool: str | None = None
+        self,
+        request_id: object,
+        scope: str = "global",
+        *,
+        tool: str | None = None,
+        method: str | None = None,
+        protocol_version: str | None = None,
     ) -> RequestContext:
         """``async with registry.request(id, scope) as token``: track the request for the
         block, make it the current request for :func:`~mcp_cancellation.cancelled`, then
         untrack it and clear its cancellation whatever the outcome. *tool* names the tool
-        it calls, as a metric label (see :attr:`RequestToken.tool`). If it was cancelled,
-        the block's exit sends ``request.stopped``."""
-        return RequestContext(self, self._owners, self._storage, request_id, scope, tool)
+        it calls, as a metric label (see :attr:`RequestToken.tool`); *method* and
+        *protocol_version* are its JSON-RPC method and MCP version, for
+        ``request.ended``. If it was cancelled, the block's exit sends
+        ``request.stopped``; every block's exit sends ``request.ended``."""
+        token = RequestToken("", scope, tool, method=method, protocol_version=protocol_version)
+        return RequestContext(self, self._owners, self._storage, request_id, token)
 
     # -- maintenance -------------------------------------------------------------------
 

@@ -60,16 +60,16 @@ class RequestContext(Owner):
         owners: Owners,
         storage: Storage,
         request_id: object,
-        scope: str,
-        tool: str | None = None,
+        token: RequestToken,
     ) -> None:
         self._registry = registry
         self._owners = owners
         self._storage = storage
-        self._scope = scope
+        self._scope = token.scope
         # Validate eagerly so a bad id fails before the block runs, writing nothing.
         self._key = key = None if request_id is None else normalize_id(request_id)
-        self.token: RequestToken = RequestToken(key or "", scope, tool)
+        token.request_id = key or ""
+        self.token: RequestToken = token
         self.id = ""  # the owner id while tracked; empty outside the block
         self._previous: RequestToken | object | None = _OUTSIDE
 
@@ -105,6 +105,8 @@ class RequestContext(Owner):
         if previous is not _OUTSIDE:
             _current.set(previous)  # type: ignore[arg-type]
             self._previous = _OUTSIDE
+        if signals.request_ended.receivers:
+            self._ended()
         owner_id = self.id
         if not owner_id:
             return
@@ -122,6 +124,20 @@ class RequestContext(Owner):
             self.obj = None
             if self.token.cancelled and signals.request_stopped.receivers:
                 self._stopped(exc)
+
+    def _ended(self) -> None:
+        """Send ``request.ended``: one request served, how long, and whether cancelled."""
+        token = self.token
+        signals.request_ended.send(
+            self._registry,
+            request_id=token.request_id,
+            scope=self._scope,
+            method=token.method,
+            tool=token.tool,
+            protocol_version=token.protocol_version,
+            seconds=time.monotonic() - token.started,
+            cancelled=token.cancelled,
+        )
 
     def _stopped(self, exc: BaseException | None) -> None:
         """Send ``request.stopped``: how the work of this cancelled request ended."""

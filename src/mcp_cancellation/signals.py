@@ -33,6 +33,12 @@ signal                           keyword arguments
                                  ``ignored`` (it ran longer than the registry's
                                  ``cancel_grace`` after the cancellation); sent once, by the
                                  process that ran the request
+``request.ended``                a request's block ended (every request, cancelled or
+                                 not): ``request_id``, ``scope``, ``method`` and
+                                 ``protocol_version`` (or None), ``tool`` (label-safe name
+                                 or None), ``seconds`` (from its start), ``cancelled``;
+                                 sent by the process that ran it, only when a receiver
+                                 is connected (the bridges' ``mcp.server.operation.duration``)
 ``storage.error``                ``operation`` (one of
                                  :data:`~mcp_cancellation.storage.base.STORAGE_OPERATIONS`),
                                  ``error`` (the exception); sender: the storage
@@ -50,6 +56,7 @@ __all__ = [
     "cancellation_rejected",
     "namespace",
     "request_cancelled",
+    "request_ended",
     "request_stopped",
     "storage_error",
 ]
@@ -65,6 +72,10 @@ def _signal(name: str, doc: str) -> NamedSignal:
 request_cancelled = _signal(
     "request.cancelled",
     "A cancellation was recorded.",
+)
+request_ended = _signal(
+    "request.ended",
+    "A request's block ended, cancelled or not (what it was, how long it ran).",
 )
 request_stopped = _signal(
     "request.stopped",

@@ -51,17 +51,33 @@ class RequestToken:
         "_outcome",
         "_reason",
         "cancelled",
+        "method",
+        "protocol_version",
         "request_id",
         "scope",
+        "started",
         "tool",
     )
 
-    def __init__(self, request_id: str, scope: str, tool: str | None = None) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        scope: str,
+        tool: str | None = None,
+        *,
+        method: str | None = None,
+        protocol_version: str | None = None,
+    ) -> None:
         self.request_id = request_id
         self.scope = scope
         #: The tool this request calls, as a metric label (a registered tool's name, or
         #: ``other``), or ``None`` when it is not a tool call or nobody said.
         self.tool = tool
+        #: The JSON-RPC method and the MCP protocol version, when an integration knows them.
+        self.method = method
+        self.protocol_version = protocol_version
+        #: When the request started (``time.monotonic()``).
+        self.started = time.monotonic()
         #: Whether a cancellation for this request has been recorded.
         self.cancelled = False
         self._reason: str | None = None

@@ -3,7 +3,18 @@ whether cancellation stops the work (private; see :mod:`._panels`)."""
 
 from __future__ import annotations
 
-from ._panels import ABUSIVE_UID, RATE, Panel, Row, Target, metric, per_table, stat, table
+from ._panels import (
+    ABUSIVE_UID,
+    RATE,
+    Panel,
+    Row,
+    Target,
+    metric,
+    operations,
+    per_table,
+    stat,
+    table,
+)
 
 __all__ = ["OVERVIEW"]
 
@@ -13,6 +24,10 @@ SHADOW = 'reason="quota", mode="shadow"'
 INVALID = 'reason="invalid_request_id"'
 FILL = (("green", None), ("orange", 0.8), ("red", 0.95))
 TO_ABUSIVE = (("Abusive scopes", ABUSIVE_UID),)
+#: Matchers of cancelled and completed calls in the standard MCP server metric.
+CANCELLED = 'error_type="cancelled"'
+COMPLETED = 'error_type=""'
+
 
 OVERVIEW: tuple[Panel | Row, ...] = (
     Row("Table"),
@@ -239,6 +254,63 @@ OVERVIEW: tuple[Panel | Row, ...] = (
             ),
         ),
         no_value="0",
+    ),
+    Row("Tool calls (mcp.server.operation.duration)"),
+    Panel(
+        "timeseries",
+        "Tool calls per second by tool",
+        "Every tools/call the middleware served, by tool (registered names; anything else is "
+        "other), from the standard MCP server metric mcp_server_operation_duration_seconds.",
+        "reqps",
+        (
+            Target(
+                f"sum by (gen_ai_tool_name) (rate({operations('count')}[{RATE}]))",
+                "{{gen_ai_tool_name}}",
+            ),
+        ),
+        w=8,
+        no_value="No tool call",
+    ),
+    Panel(
+        "timeseries",
+        "Share of tool calls cancelled",
+        "Cancelled calls (error_type cancelled: a notification, an operator or a closed "
+        "stream) over all calls, by tool. A tool whose share climbs is slow enough for "
+        "callers to give up on it.",
+        "percentunit",
+        (
+            Target(
+                "sum by (gen_ai_tool_name) "
+                f"(rate({operations('count', CANCELLED)}"
+                f"[{RATE}])) / sum by (gen_ai_tool_name) (rate({operations('count')}[{RATE}]))",
+                "{{gen_ai_tool_name}}",
+            ),
+        ),
+        w=8,
+        max=1,
+        no_value="No tool call",
+    ),
+    Panel(
+        "timeseries",
+        "Duration of cancelled and completed calls (p95)",
+        "How long tool calls ran before they ended, cancelled against completed, by tool "
+        "(the 95th percentile). Cancelled calls that run as long as completed ones stop late.",
+        "s",
+        (
+            Target(
+                "histogram_quantile(0.95, sum by (le, gen_ai_tool_name) (rate("
+                f"{operations('bucket', CANCELLED)}"
+                f"[{RATE}])))",
+                "cancelled {{gen_ai_tool_name}}",
+            ),
+            Target(
+                "histogram_quantile(0.95, sum by (le, gen_ai_tool_name) (rate("
+                f"{operations('bucket', COMPLETED)}[{RATE}])))",
+                "completed {{gen_ai_tool_name}}",
+            ),
+        ),
+        w=8,
+        no_value="No tool call",
     ),
     Row("Does cancellation stop the work?"),
     Panel(

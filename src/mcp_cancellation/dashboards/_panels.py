@@ -22,6 +22,7 @@ __all__ = [
     "Target",
     "fill",
     "metric",
+    "operations",
     "per_table",
     "stat",
     "table",
@@ -84,6 +85,13 @@ class Row:
 def metric(name: str, extra: str = "") -> str:
     """Metric *name*, filtered by the configured selector (and *extra* matchers)."""
     return f"mcp_cancellation_{name}{{{SELECTOR}{', ' + extra if extra else ''}}}"
+
+
+def operations(suffix: str, extra: str = "") -> str:
+    """A series of the standard ``mcp_server_operation_duration_seconds`` histogram
+    (*suffix*: ``bucket``, ``sum`` or ``count``) of tool calls, filtered by the selector."""
+    matchers = f'{SELECTOR}, mcp_method_name="tools/call"' + (", " + extra if extra else "")
+    return f"mcp_server_operation_duration_seconds_{suffix}{{{matchers}}}"
 
 
 def table(name: str, extra: str = "") -> str:

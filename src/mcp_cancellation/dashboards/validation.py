@@ -24,6 +24,8 @@ _RATE = "$__rate_interval"
 #: A metric name of this package inside a PromQL expression.
 METRIC_NAME = r"\bmcp_cancellation_[a-zA-Z0-9_]*[a-zA-Z0-9]"
 _METRIC = re.compile(METRIC_NAME)
+#: The standard MCP server metric the bridges also export (outside the package's prefix).
+_STANDARD = re.compile(r"\bmcp_server_operation_duration_seconds_(?:bucket|sum|count)\b")
 _RANGE = re.compile(r"\[([^\]]*)\]")
 
 
@@ -32,12 +34,13 @@ def known_metric_names() -> frozenset[str]:
     their ``_total``): :data:`mcp_cancellation.telemetry.prometheus.METRIC_NAMES`."""
     from ..telemetry import METRIC_NAMES
 
-    return frozenset(METRIC_NAMES)
+    standard = "mcp_server_operation_duration_seconds_"
+    return frozenset(METRIC_NAMES) | {standard + s for s in ("bucket", "sum", "count")}
 
 
 def metric_names_in(expr: str) -> set[str]:
     """The ``mcp_cancellation_*`` metric names a PromQL expression mentions."""
-    return set(_METRIC.findall(expr))
+    return set(_METRIC.findall(expr)) | set(_STANDARD.findall(expr))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,5 +154,5 @@ def check_dashboard(
                 f"{where}: unknown metric {m}" for m in sorted(metric_names_in(expr) - known)
             ]
             if not metric_names_in(expr):
-                problems.append(f"{where}: names no mcp_cancellation_ metric")
+                problems.append(f"{where}: names no metric of the bridges")
     return problems

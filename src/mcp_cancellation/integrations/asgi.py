@@ -353,14 +353,19 @@ class CancellationMiddleware:
                 name = params.get("name") if isinstance(params, dict) else None
                 tool = name if isinstance(name, str) and name in self._tool_names else OTHER_TOOL
             caller = self.caller_scope(scope)
+            version = header(scope, b"mcp-protocol-version")
             try:
-                context = self.registry.request(request_id, caller, tool=tool)
+                context = self.registry.request(
+                    request_id, caller, tool=tool, method=method, protocol_version=version
+                )
             except InvalidRequestId:
                 # An id the registry cannot key (a string over 256 UTF-8 bytes, a float,
                 # ...): the SDK answers or serves it as it sees fit. Such a call is not in the
                 # table (no notification can name it: its id is refused), but a disconnect
                 # still cancels it, like any other call.
-                context = self.registry.request(None, caller, tool=tool)
+                context = self.registry.request(
+                    None, caller, tool=tool, method=method, protocol_version=version
+                )
             return Exchange(
                 self, receive, send, body, context, self._disconnect_cancels_request(scope)
             )

@@ -27,7 +27,13 @@ __all__ = [
     "TABLES",
     "TABLE_STATE",
     "MetricInfo",
+    "OPERATION_BUCKETS",
+    "OPERATION_CANCELLED",
+    "OPERATION_DURATION",
+    "OPERATION_DURATION_OTEL",
+    "OPERATION_LABELS",
     "near_quota_rows",
+    "operation_labels",
     "one_two_five",
     "otel_name",
 ]
@@ -228,3 +234,83 @@ def otel_name(prometheus_name: str) -> str:
     adds ``_total`` to counters and ``_seconds`` to instruments whose unit is ``s``)."""
     name = prometheus_name.removesuffix("_total").removesuffix("_seconds")
     return "mcp_cancellation." + name.removeprefix(PREFIX)
+
+
+# -- the standard MCP server metric (OpenTelemetry's MCP semantic conventions) -----------
+
+#: ``mcp.server.operation.duration`` as Prometheus names it (outside this package's prefix).
+OPERATION_DURATION: Final = "mcp_server_operation_duration_seconds"
+#: Its OpenTelemetry name.
+OPERATION_DURATION_OTEL: Final = "mcp.server.operation.duration"
+#: Its bucket bounds (seconds), as the conventions advise.
+OPERATION_BUCKETS: Final = (
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
+#: Its attributes, in label order (Prometheus labels replace the dots with underscores).
+OPERATION_LABELS: Final = (
+    "mcp.method.name",
+    "gen_ai.tool.name",
+    "error.type",
+    "mcp.protocol.version",
+    "network.transport",
+)
+#: The ``error.type`` of a call that was cancelled (by a notification, an operator or
+#: its client's disconnect).
+OPERATION_CANCELLED: Final = "cancelled"
+#: The methods a client may call on an MCP server; any other is counted as ``other``, so
+#: that a client cannot mint label values.
+_METHODS: Final = frozenset(
+    {
+        "initialize",
+        "ping",
+        "tools/list",
+        "tools/call",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+        "logging/setLevel",
+        "tasks/get",
+        "tasks/list",
+        "tasks/result",
+        "tasks/cancel",
+    }
+)
+#: The protocol versions published so far; any other is ``other``.
+_VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"})
+
+
+def operation_labels(
+    method: str | None, tool: str | None, protocol_version: str | None, cancelled: bool
+) -> tuple[str, str, str, str, str]:
+    """The label values of one operation, bounded (unknown methods and versions are
+    ``other``; the tool is already a registered name or ``other``); an absent attribute is
+    the empty string, as Prometheus shows it."""
+    return (
+        "" if method is None else method if method in _METHODS else "other",
+        tool or "",
+        OPERATION_CANCELLED if cancelled else "",
+        ""
+        if protocol_version is None
+        else protocol_version
+        if protocol_version in _VERSIONS
+        else "other",
+        "tcp",
+    )

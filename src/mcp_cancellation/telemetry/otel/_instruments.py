@@ -15,7 +15,16 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from ...scope import SCOPE_KINDS
 from ...storage.base import STORAGE_OPERATIONS
 from ...token import OTHER_TOOL
-from .._catalogue import CANCEL_TO_STOP_BUCKETS, METRICS, PREFIX, REJECTIONS, TABLES, otel_name
+from .._catalogue import (
+    CANCEL_TO_STOP_BUCKETS,
+    METRICS,
+    OPERATION_BUCKETS,
+    OPERATION_DURATION_OTEL,
+    PREFIX,
+    REJECTIONS,
+    TABLES,
+    otel_name,
+)
 from .._table_state import TableState, gauge_values
 from .names import CLEANUP_BUCKETS, DURATION, UNITS
 
@@ -85,6 +94,12 @@ class Instruments:
             "s",
             stop.help,
             explicit_bucket_boundaries_advisory=list(CANCEL_TO_STOP_BUCKETS),
+        )
+        self.operations = meter.create_histogram(
+            OPERATION_DURATION_OTEL,
+            "s",
+            "Duration of MCP requests as the server handled them.",
+            explicit_bucket_boundaries_advisory=list(OPERATION_BUCKETS),
         )
         self.removed = counter("cleanup_removed")
         self.storage_errors = counter("storage_errors")

@@ -16,7 +16,14 @@ from ...__about__ import __version__
 from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ...storage.base import Storage
 from .._bridge import Bridge, Receivers, Setups
-from .._catalogue import ALL, OUTCOMES, near_quota_rows
+from .._catalogue import (
+    ALL,
+    OPERATION_CANCELLED,
+    OPERATION_LABELS,
+    OUTCOMES,
+    near_quota_rows,
+    operation_labels,
+)
 from .._guard import never_raise
 from .._labels import ScopeLabeler, resolve_key
 from .._rejections import Rejections
@@ -113,6 +120,7 @@ class OpenTelemetryBridge(Bridge):
         return [
             (signals.request_cancelled, self._on_cancelled),
             (signals.request_stopped, self._on_stopped),
+            (signals.request_ended, self._on_ended),
             (signals.cancellation_cleanup, self._on_cleanup),
             (signals.cancellation_evicted_batch, self._on_evicted),
             (signals.cancellation_rejected, self._on_rejected),
@@ -199,6 +207,30 @@ class OpenTelemetryBridge(Bridge):
                 attributes[REASON] = reason
             span.add_event(EVENT_CANCEL, attributes)
         self._instruments.cancelled.add((kind,))
+
+    @never_raise
+    def _on_ended(
+        self,
+        sender: object,
+        *,
+        method: str | None = None,
+        tool: str | None = None,
+        protocol_version: str | None = None,
+        seconds: float = 0.0,
+        cancelled: bool = False,
+        **_: object,
+    ) -> None:
+        if self._elsewhere(sender):
+            return
+        values = operation_labels(method, tool, protocol_version, cancelled)
+        attributes = {
+            name: value for name, value in zip(OPERATION_LABELS, values, strict=True) if value
+        }
+        self._instruments.operations.record(seconds, attributes)
+        if cancelled:
+            span = trace.get_current_span()  # the server span of the call, if one is active
+            if span.is_recording():
+                span.set_attribute("error.type", OPERATION_CANCELLED)
 
     def _stopped(self, kind: ScopeKind, outcome: str, seconds: float, ignoring: str | None) -> None:
         attributes = _STOP_ATTRIBUTES.get((kind, outcome))

@@ -17,7 +17,13 @@ from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
 from ...storage.base import STORAGE_OPERATIONS, TableSummary
 from ...token import OTHER_TOOL
 from .._bridge import Bridge, Receivers
-from .._catalogue import near_quota_rows
+from .._catalogue import (
+    OPERATION_BUCKETS,
+    OPERATION_DURATION,
+    OPERATION_LABELS,
+    near_quota_rows,
+    operation_labels,
+)
 from .._guard import never_raise
 from .._labels import ScopeLabeler
 from .._rejections import REJECTIONS_WINDOW, Rejections
@@ -122,6 +128,8 @@ class PrometheusBridge(Bridge):
         self._stop_seconds: dict[tuple[str, str], Histogram] = {}
         self._stop_histogram: Histogram | None = None
         self._ignored_total: Counter | None = None
+        self._operations: Histogram | None = None
+        self._operation_children: dict[tuple[str, ...], Histogram] = {}
 
     # -- lifecycle (install/uninstall: see telemetry._bridge) ---------------------------
 
@@ -150,6 +158,7 @@ class PrometheusBridge(Bridge):
         return [
             (signals.request_cancelled, self._on_cancelled),
             (signals.request_stopped, self._on_stopped),
+            (signals.request_ended, self._on_ended),
             (signals.cancellation_rejected, self._on_rejected),
             (signals.cancellation_evicted_batch, self._on_evicted),
             (signals.cancellation_cleanup, self._on_cleanup),
@@ -197,7 +206,18 @@ class PrometheusBridge(Bridge):
         self._stop_seconds = {}
         ignored = self._ignored_total = _counter("cancellations_ignored")
         ignored.labels(OTHER_TOOL)  # exists from the start; registered tools with their first
-        self._counters = [cancelled, rejected, evicted, cleanup, errors, stop, ignored]
+        operations = self._operations = Histogram(
+            OPERATION_DURATION.removesuffix("_seconds"),
+            "Duration of MCP requests as the server handled them "
+            "(OpenTelemetry's mcp.server.operation.duration); error_type is cancelled for a "
+            "cancelled call.",
+            [label.replace(".", "_") for label in OPERATION_LABELS],
+            registry=None,
+            unit="seconds",
+            buckets=OPERATION_BUCKETS,
+        )
+        self._operation_children = {}
+        self._counters = [cancelled, rejected, evicted, cleanup, errors, stop, ignored, operations]
         if reg is not None:
             done: list[Collector] = []
             try:
@@ -273,6 +293,26 @@ class PrometheusBridge(Bridge):
             child.observe(seconds)
         if ignoring is not None and self._ignored_total is not None:
             self._ignored_total.labels(ignoring).inc()
+
+    @never_raise
+    def _on_ended(
+        self,
+        sender: object,
+        *,
+        method: str | None = None,
+        tool: str | None = None,
+        protocol_version: str | None = None,
+        seconds: float = 0.0,
+        cancelled: bool = False,
+        **_: object,
+    ) -> None:
+        labels = operation_labels(method, tool, protocol_version, cancelled)
+        child = self._operation_children.get(labels)
+        if child is None:
+            if self._operations is None:
+                return
+            child = self._operation_children[labels] = self._operations.labels(*labels)
+        child.observe(seconds)
 
     @never_raise
     def _on_storage_error(self, sender: object, *, operation: str, **_: object) -> None:
