@@ -195,10 +195,15 @@ async def test_made_up_tool_names_never_become_label_values(
 
     class Recording(CancellationRegistry):
         def request(
-            self, request_id: object, scope: str = "global", *, tool: str | None = None
+            self,
+            request_id: object,
+            scope: str = "global",
+            *,
+            tool: str | None = None,
+            **others: str | None,
         ) -> Any:
             labels.add(tool)
-            return super().request(request_id, scope, tool=tool)
+            return super().request(request_id, scope, tool=tool, **others)
 
     harness = serve(
         flavour,
