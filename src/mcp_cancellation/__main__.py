@@ -1,5 +1,6 @@
 """The ``mcp-cancellation`` command: ``demo`` (a real MCP server), ``client``, ``simulate``
-(traffic) and ``dashboards export`` (Grafana dashboards and alert rules).
+(traffic), ``dashboards export`` (Grafana dashboards and alert rules), and ``inspect`` and
+``cancel`` (an operator's view of the calls in flight, and their cancellation).
 
 Each subcommand lives in its own module, which registers its arguments through
 ``add_parser(subparsers)`` and runs through ``run(args) -> int``; modules are imported only
@@ -22,6 +23,8 @@ SUBCOMMANDS = {
     "client": ".client",
     "simulate": ".simulate",
     "dashboards": ".dashboards.command",
+    "inspect": "._operator_cli",
+    "cancel": "._operator_cli",
 }
 
 
@@ -32,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    added: set[str] = set()  # a module may register several subcommands
     for name, module_name in SUBCOMMANDS.items():
         try:
             module = importlib.import_module(module_name, __package__)
@@ -41,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
             sub = subparsers.add_parser(name, help=f"(unavailable: {exc})", add_help=False)
             sub.set_defaults(_missing=str(exc))
             continue
-        module.add_parser(subparsers)
+        if module_name not in added:
+            module.add_parser(subparsers)
+            added.add(module_name)
         sub = subparsers.choices[name]
         if sub.description:  # docstrings are reST: ``code`` reads as `code` in a terminal
             sub.description = sub.description.replace("``", "`")

@@ -39,6 +39,7 @@ from typing import Any
 
 from ._asgi import ASGIApp, Receive, Scope, Send, send_response
 from ._extras import requires
+from .admin import ADMIN_TOKEN_ENV, admin_app
 from .context import current_token, raise_if_cancelled
 from .errors import ConfigurationError
 from .integrations.asgi import CancellationMiddleware
@@ -109,19 +110,28 @@ def build_demo_server(*, poll_interval: float = DEFAULT_POLL_INTERVAL) -> MCPSer
 
 
 class _Router:
-    """``/metrics`` to the metrics app, everything else (and lifespan) to the MCP app."""
+    """``/metrics`` to the metrics app, ``/admin/...`` to the admin app (when there is
+    one), everything else (and lifespan) to the MCP app."""
 
-    def __init__(self, mcp_app: ASGIApp, metrics: ASGIApp | None) -> None:
+    def __init__(
+        self, mcp_app: ASGIApp, metrics: ASGIApp | None, admin: ASGIApp | None = None
+    ) -> None:
         self.mcp_app = mcp_app
         self.metrics = metrics
+        self.admin = admin
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope.get("path") in ("/metrics", "/metrics/"):
-            if self.metrics is not None:
-                await self.metrics(scope, receive, send)
+        if scope["type"] == "http":
+            path = str(scope.get("path", ""))
+            if path in ("/metrics", "/metrics/"):
+                if self.metrics is not None:
+                    await self.metrics(scope, receive, send)
+                    return
+                await _not_found(send)
                 return
-            await _not_found(send)
-            return
+            if self.admin is not None and path.startswith("/admin/"):
+                await self.admin(scope, receive, send)
+                return
         await self.mcp_app(scope, receive, send)
 
 
@@ -149,9 +159,12 @@ def build_demo_app(
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     host: str = "127.0.0.1",
     top_k: int = 20,
+    admin_token: str | None = None,
 ) -> ASGIApp:
     """The demo's ASGI app: the MCP server at ``/mcp`` behind the middleware, and
-    ``/metrics`` (404 when the Prometheus extra is missing; *top_k* scopes per gauge).
+    ``/metrics`` (404 when the Prometheus extra is missing; *top_k* scopes per gauge);
+    with *admin_token* (else ``$MCP_CANCELLATION_ADMIN_TOKEN``), the admin app at
+    ``/admin/requests`` and ``/admin/cancel``.
 
     *host* is the address the server listens on; the SDK turns on its DNS-rebinding
     protection (Host/Origin allow-list) for loopback hosts.
@@ -172,7 +185,9 @@ def build_demo_app(
         transport_security=security,
         tools=tool_names(server),
     )
-    return _Router(middleware, _metrics_app(registry, top_k))
+    token = admin_token or os.environ.get(ADMIN_TOKEN_ENV)
+    admin = admin_app(registry, token=token) if token else None
+    return _Router(middleware, _metrics_app(registry, top_k), admin)
 
 
 def loopback_transport_security(host: str) -> TransportSecuritySettings | None:

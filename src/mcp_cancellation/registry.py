@@ -11,6 +11,7 @@ default, or a shared one such as :class:`~mcp_cancellation.RedisStorage`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -32,7 +33,7 @@ from .errors import (
 from .reason import MAX_REASON_CHARS, sanitize_reason
 from .request_context import RequestContext
 from .scope import rows_by_kind
-from .storage.base import AddResult, Limits, Storage, StorageStats
+from .storage.base import AddResult, InFlightRequest, Limits, Storage, StorageStats
 from .storage.memory import MemoryStorage
 from .token import RequestToken
 
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("mcp_cancellation")
+
+#: The ``method`` of ``request.cancelled`` for an operator's cancellation.
+OPERATOR = "operator"
 
 
 def _default_storage() -> Storage:
@@ -307,6 +311,23 @@ class CancellationRegistry:
                 self, request_id=token.request_id, scope=token.scope, reason=reason, method=method
             )
         return True
+
+    async def cancel_as_operator(
+        self, request_id: object, reason: object = None, scope: str = "global"
+    ) -> bool:
+        """An operator's cancellation of *request_id* in *scope*, if it is in flight: as
+        :meth:`cancel_in_flight`, except that the scope's quota does not apply (the cap
+        still does), and ``request.cancelled`` carries ``method="operator"``. Returns
+        whether it was recorded."""
+        key, text, limits = self._prepare(request_id, reason, scope)
+        limits = dataclasses.replace(limits, max_rows_per_scope=None, shadow_quota=False)
+        result = await self._storage.add(scope, key, text, limits=limits, require_in_flight=True)
+        return self._report(result, key, scope, text, OPERATOR)
+
+    async def requests(self) -> list[InFlightRequest]:
+        """Every request in flight in the registry's table, in every process that shares
+        it (an operator's view: a read of the whole in-flight table)."""
+        return await self._storage.in_flight_requests()
 
     async def is_cancelled(self, request_id: object, scope: str = "global") -> bool:
         """Whether a cancellation row exists for *request_id* in *scope*."""

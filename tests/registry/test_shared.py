@@ -81,7 +81,9 @@ async def test_a_cancellation_through_one_reaches_a_request_on_the_other(workers
 
     task = asyncio.create_task(serve())
     await entered.wait()
-    assert await second.in_flight(7, scope="s")
+    # The request runs once its track is on its way (a worker waits for Redis at most
+    # max_wait): the other worker sees it in flight as soon as the track lands.
+    await async_wait_until(lambda: second.in_flight(7, scope="s"), within=10)
     assert not await second.cancel_in_flight(7, scope="other")
     assert await second.cancel_in_flight(7, "from the other worker", scope="s")
     release.set()

@@ -22,8 +22,8 @@ from mcp_cancellation import (
     __version__,
     signals,
 )
+from mcp_cancellation.scope import ScopeLabeler
 from mcp_cancellation.telemetry import otel
-from mcp_cancellation.telemetry._labels import ScopeLabeler
 
 from ..conftest import MakeRegistry
 from ._util import SESSION_ID

@@ -22,8 +22,7 @@ from mcp_cancellation import (
     InvalidRequestId,
     signals,
 )
-from mcp_cancellation.scope import SCOPE_KINDS
-from mcp_cancellation.telemetry._labels import DEFAULT_HASH_KEY, HASH_KEY_ENV
+from mcp_cancellation.scope import DEFAULT_HASH_KEY, HASH_KEY_ENV, SCOPE_KINDS
 from mcp_cancellation.telemetry.prometheus import METRIC_NAMES, PrometheusBridge, metrics_app
 from mcp_cancellation.telemetry.prometheus.catalogue import SERIES
 
@@ -156,9 +155,9 @@ async def test_flood_from_100k_addresses_keeps_series_bounded(make_registry: Mak
     with UvicornThread(app) as server:
         text = await scrape(server.url)
     parsed = samples(text)
-    # Fixed bound: 34 counter series (+34 _created), 5+5 kind gauges, 2 limits, storage_up,
+    # Fixed bound: 39 counter series (+39 _created), 5+5 kind gauges, 2 limits, storage_up,
     # 2*K scopes.
-    assert len(parsed) <= 2 * 34 + 10 + 2 + 1 + 2 * top_k
+    assert len(parsed) <= 2 * 39 + 10 + 2 + 1 + 2 * top_k
     assert len(series(parsed, P + "scope_rows")) <= top_k
     rejections = series(parsed, P + "scope_rejections")
     # Only the offender is certainly among the top K: no flood address is exported.

@@ -200,6 +200,21 @@ OVERVIEW: tuple[Panel | Row, ...] = (
     ),
     Panel(
         "timeseries",
+        "Operator cancellations per second",
+        "Cancellations recorded by an operator (mcp-cancellation cancel, or the admin app), "
+        "by scope kind; they are also in the panel before. See docs/alerts.md for the "
+        "commands.",
+        "ops",
+        (
+            Target(
+                f"sum by (scope_kind) (rate({metric('operator_cancelled_total')}[{RATE}]))",
+                "{{scope_kind}}",
+            ),
+        ),
+        no_value="0",
+    ),
+    Panel(
+        "timeseries",
         "Rejections per second",
         "Cancellations refused: quota (the caller's scope already holds max_rows_per_scope "
         "rows, answered -32000) by scope kind, and invalid request ids (answered -32602). "

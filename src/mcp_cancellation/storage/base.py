@@ -32,6 +32,7 @@ __all__ = [
     "STORAGE_OPERATIONS",
     "AddOutcome",
     "AddResult",
+    "InFlightRequest",
     "Limits",
     "RECORDED",
     "Storage",
@@ -103,6 +104,21 @@ class AddResult:
 #: storage may share instead of building its own.
 RECORDED: Final = AddResult("recorded")
 UPDATED: Final = AddResult("updated")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InFlightRequest:
+    """One request in flight, as an operator sees it (:meth:`Storage.in_flight_requests`).
+    Times are Unix seconds; ``worker`` is the registry instance id of the process that
+    runs it."""
+
+    scope: str
+    request_id: str
+    worker: str
+    tool: str | None
+    started: float
+    cancelled: bool
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +291,11 @@ class Storage(abc.ABC):
         """:meth:`summary` for a caller that cannot await, as :meth:`stats_from_thread`."""
         stats = self.stats_from_thread(timeout)
         return None if stats is None else TableSummary.of(stats, top_k, at_least)
+
+    @abc.abstractmethod
+    async def in_flight_requests(self) -> list[InFlightRequest]:
+        """Every request in flight in this table, in every process that shares it (for
+        operators: a read of the whole in-flight table)."""
 
     async def ping(self) -> None:  # noqa: B027 - optional hook
         """Check that the storage answers; raise

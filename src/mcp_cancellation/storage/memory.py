@@ -36,6 +36,7 @@ from .base import (
     RECORDED,
     UPDATED,
     AddResult,
+    InFlightRequest,
     Limits,
     Storage,
     StorageStats,
@@ -355,6 +356,23 @@ class MemoryStorage(Storage):
             if rows is not None and key in rows:
                 self._remove_row(scope, key, rows)
                 self._pending.discard(request)
+
+    async def in_flight_requests(self) -> list[InFlightRequest]:
+        with self._lock:
+            rows = list(self._in_flight.rows())
+        shift = time.time() - time.monotonic()  # monotonic -> Unix seconds
+        return [
+            InFlightRequest(
+                scope=scope,
+                request_id=key,
+                worker=owner.partition(":")[0],
+                tool=token.tool,
+                started=token.started + shift,
+                cancelled=token.cancelled,
+                reason=token.reason,
+            )
+            for scope, key, owner, token in rows
+        ]
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         return self._in_flight.count(scope, key) > 0

@@ -64,6 +64,13 @@ ALL: tuple[MetricInfo, ...] = (
         "Cancellations recorded, by scope kind.",
     ),
     MetricInfo(
+        PREFIX + "operator_cancelled_total",
+        "counter",
+        ("scope_kind",),
+        "Cancellations an operator recorded (mcp-cancellation cancel, the admin app), "
+        "by scope kind; also counted in cancelled_total.",
+    ),
+    MetricInfo(
         PREFIX + "rejected_total",
         "counter",
         ("scope_kind", "reason", "mode"),

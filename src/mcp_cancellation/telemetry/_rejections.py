@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ..scope import ScopeLabeler
 from ._heavy_hitters import HeavyHitter, SpaceSaving
-from ._labels import ScopeLabeler
 from ._stable_top import StableTop
 from ._table_state import ITEM_SEPARATOR
 

@@ -14,12 +14,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..scope import SCOPE_KINDS
+from ..scope import SCOPE_KINDS, ScopeLabeler
 from ..storage.base import TableSummary
 from ..token import OTHER_TOOL
 from ._catalogue import PREFIX
 from ._heavy_hitters import HeavyHitter
-from ._labels import ScopeLabeler
 
 if TYPE_CHECKING:
     from ..registry import CancellationRegistry

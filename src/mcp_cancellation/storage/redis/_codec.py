@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from ...scope import scope_kind
-from ..base import Limits, TableSummary
+from ..base import InFlightRequest, Limits, TableSummary
 
 __all__ = [
     "add_arguments",
     "collect_evicted",
+    "decode_in_flight",
     "decode_reason",
     "decode_summary",
     "encode_reason",
@@ -47,6 +48,30 @@ def member(scope: str, key: str) -> bytes:
     scope's byte length comes first."""
     raw = to_bytes(scope)
     return str(len(raw)).encode() + b":" + raw + to_bytes(key)
+
+
+def decode_in_flight(entry: bytes, info: bytes, mark: bytes | None) -> InFlightRequest:
+    """An in-flight row as ``INFLIGHT`` returns it: its entry ``<#m>:<m><owner>``, its
+    info (start in ms, worker, tool) and its owner's cancellation mark, if any."""
+    m, _owner = _split_one(to_bytes(entry))
+    scope, key = _split_one(m)
+    started, worker, tool = to_bytes(info).split(b"\t", 2)
+    return InFlightRequest(
+        scope=text(scope),
+        request_id=text(key),
+        worker=text(worker),
+        tool=text(tool) or None,
+        started=int(started) / 1000,
+        cancelled=mark is not None,
+        reason=None if mark is None else decode_reason(mark),
+    )
+
+
+def _split_one(data: bytes) -> tuple[bytes, bytes]:
+    """``<len>:<bytes>`` and what follows it."""
+    colon = data.index(b":")
+    end = colon + 1 + int(data[:colon])
+    return data[colon + 1 : end], data[end:]
 
 
 def split_netstrings(data: bytes) -> list[bytes]:

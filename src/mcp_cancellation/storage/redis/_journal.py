@@ -55,17 +55,12 @@ class _Write:
     """One queued write: ``T`` track, ``U`` untrack, ``R`` release (a dead owner's: the
     row goes if no owner is left), ``F`` finish (untrack and clear)."""
 
-    __slots__ = ("done", "op", "queued_at", "row", "started", "token")
+    __slots__ = ("done", "op", "queued_at", "row", "token")
 
-    def __init__(
-        self, op: str, row: Row, token: RequestToken | None = None, started: float | None = None
-    ) -> None:
+    def __init__(self, op: str, row: Row, token: RequestToken | None = None) -> None:
         self.op = op
         self.row = row
         self.token = token
-        #: For a track: when its request started (``time.monotonic()``), so that Redis can
-        #: tell whether a cancellation that found it not in flight came after it started.
-        self.started = started
         #: Set when Redis took the write, or when its waiter stops waiting.
         self.done: asyncio.Future[None] | None = None
         self.queued_at = 0.0
@@ -156,7 +151,7 @@ class Journal:
         with self._lock:
             self._tokens.add(*row, token)
             self._unsent.add(row)
-        write = _Write("T", row, token, time.monotonic())
+        write = _Write("T", row, token)
         self._put(write, hurry=True)
         try:
             await self._wait(write)
@@ -340,12 +335,7 @@ class Journal:
         with self._lock:
             snapshot = list(self._tokens.rows())
         queued = list(self._queue)
-        # A track still unsent keeps its start, so that it may claim a cancellation that
-        # missed it (see _send).
-        started = {w.row: w.started for w in queued if w.op == "T"}
-        writes = [
-            _Write("T", (s, k, o), token, started.get((s, k, o))) for s, k, o, token in snapshot
-        ]
+        writes = [_Write("T", (s, k, o), token) for s, k, o, token in snapshot]
         writes += [w for w in queued if w.op != "T"]  # tracks: in the snapshot if still held
         try:
             reply = await self._send(writes, full=True, operation="resync")
@@ -394,8 +384,13 @@ class Journal:
         for write in writes:
             scope, key, owner = write.row
             op = write.op
-            if write.started is not None:  # 'T<ms>': started <ms> ago
-                op += str(max(0, int(1000 * (now - write.started))))
+            token = write.token
+            if token is not None:  # 'T<ms>[:<tool>]': started <ms> ago, calling <tool>
+                # (its start lets Redis tell whether a cancellation that found it not in
+                # flight came after it started)
+                op += str(max(0, int(1000 * (now - token.started))))
+                if token.tool:
+                    op += ":" + token.tool
             args += [op, to_bytes(scope), to_bytes(key), to_bytes(owner)]
         reply = await self._home.call(lambda: self._run_script("SYNC", *args), operation)
         if not self.epoch:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from ..._extras import requires
 from ...errors import ConfigurationError
-from ..base import AddResult, Limits, Storage, StorageStats, TableSummary
+from ..base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from ._connect import client_from_url, table_identity
 from .storage import DEFAULT_PREFIX, RedisStorage
 
@@ -191,6 +191,10 @@ class PartitionedRedisStorage(Storage):
 
     async def finish(self, scope: str, key: str, owner: str) -> None:
         await self.partition_of(scope).finish(scope, key, owner)
+
+    async def in_flight_requests(self) -> list[InFlightRequest]:
+        parts = await asyncio.gather(*(p.in_flight_requests() for p in self.partitions))
+        return [request for part in parts for request in part]
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         return await self.partition_of(scope).is_tracked(scope, key)

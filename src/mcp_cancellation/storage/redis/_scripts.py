@@ -29,6 +29,8 @@ unambiguous for any bytes since the scope's byte length comes first):
 ``P f:<m>``            HASH    in-flight owners of a request: ``owner`` -> worker id, and
                                ``!<owner>`` -> encoded reason once that owner is cancelled
 ``P fs``               HASH    ``scope`` -> in-flight row count (stats)
+``P info``             HASH    ``<#m>:<m><owner>`` -> start (ms), worker and tool of an
+                               in-flight row, tab-separated (for operators)
 ``P w:<worker>``       SET     the worker's in-flight rows: ``<#m>:<m><owner>``
 ``P workers``          SET     workers seen (each ``SYNC`` adds its own; the cleanup removes
                                those whose heartbeat lapsed)
@@ -67,7 +69,7 @@ from importlib import resources
 __all__ = ["NAMES", "source"]
 
 #: The scripts, by the name the storage calls them with.
-NAMES = ("ADD", "REMOVE", "SYNC", "SUMMARY", "CLEANUP")
+NAMES = ("ADD", "REMOVE", "SYNC", "SUMMARY", "CLEANUP", "INFLIGHT")
 
 
 @functools.cache

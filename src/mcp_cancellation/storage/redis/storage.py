@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from ..._extras import requires
 from ...errors import ConfigurationError, StorageUnavailable
 from .._health import Health
-from ..base import AddResult, Limits, Storage, StorageStats, TableSummary
+from ..base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from . import _scripts as scripts
 from ._cluster import ShardSubscription, is_cluster
 from ._codec import (
     add_arguments,
     collect_evicted,
+    decode_in_flight,
     decode_reason,
     decode_summary,
     member,
@@ -394,6 +395,11 @@ class RedisStorage(Storage):
         and it reaches Redis even if Redis answers later, or the caller is cancelled."""
         finish = functools.partial(self._journal.finish, (scope, key, owner), "F")
         await self._home.at_home(finish, self.timeout * 2)
+
+    async def in_flight_requests(self) -> list[InFlightRequest]:
+        await self._settle()
+        reply = await self._run("INFLIGHT", operation="stats")
+        return [decode_in_flight(*reply[i : i + 3]) for i in range(0, len(reply), 3)]
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         await self._settle()

@@ -103,6 +103,7 @@ class Instruments:
         )
         self.removed = counter("cleanup_removed")
         self.storage_errors = counter("storage_errors")
+        self.operator = counter("operator_cancelled")
         self.duration = meter.create_histogram(
             DURATION,
             "s",
@@ -115,6 +116,8 @@ class Instruments:
         so), so that rate() sees the first event."""
         for table in TABLES:
             self.removed.add(0, {"table": table})
+        for kind in SCOPE_KINDS:
+            self.operator.add(0, {"scope_kind": kind})
         if storage is not None:
             for operation in STORAGE_OPERATIONS:
                 self.storage_errors.add(0, {"storage": storage, "operation": operation})

@@ -13,7 +13,7 @@ from opentelemetry import metrics, trace
 
 from ... import signals
 from ...__about__ import __version__
-from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
+from ...scope import SCOPE_KINDS, ScopeKind, ScopeLabeler, resolve_key, scope_kind
 from ...storage.base import Storage
 from .._bridge import Bridge, Receivers, Setups
 from .._catalogue import (
@@ -25,7 +25,6 @@ from .._catalogue import (
     operation_labels,
 )
 from .._guard import never_raise
-from .._labels import ScopeLabeler, resolve_key
 from .._rejections import Rejections
 from .._table_state import TableState, ignored_by_tool
 from ._instruments import instruments, join_gauge
@@ -73,6 +72,8 @@ def _source(method: str | None) -> str:
         return "notification"
     if method == "disconnect":
         return "disconnect"
+    if method == "operator":
+        return "operator"
     return "other"
 
 
@@ -207,6 +208,8 @@ class OpenTelemetryBridge(Bridge):
                 attributes[REASON] = reason
             span.add_event(EVENT_CANCEL, attributes)
         self._instruments.cancelled.add((kind,))
+        if method == "operator":
+            self._instruments.operator.add(1, {"scope_kind": kind})
 
     @never_raise
     def _on_ended(

@@ -87,6 +87,7 @@ UNITS: Final = {
     "scope_rejections": "{cancellation}",
     "cancel_to_stop_seconds": "s",
     "cancellations_ignored_total": "{request}",
+    "operator_cancelled_total": "{cancellation}",
     "ignored_cancellations": "{request}",
 }
 #: Bucket boundaries (seconds) of the cleanup-duration histogram.

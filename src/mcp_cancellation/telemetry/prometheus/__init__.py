@@ -10,7 +10,7 @@ is kept up to date on the hot path. Every label is bounded:
   Space-Saving heavy-hitters structure of fixed size), so a flood from a million addresses
   exports at most 2·K scope series;
 * session scopes are shown as ``session:<12 hex digits>``, never the id
-  (see :mod:`mcp_cancellation.telemetry._labels`).
+  (see :class:`mcp_cancellation.scope.ScopeLabeler`).
 
 The package is split by job: :mod:`.catalogue` (names, types, labels, help),
 :mod:`.bridge` (signal counters), :mod:`.collector` (scrape-time gauges),

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from ..._asgi import Receive, Scope, Send, header, send_response, serve_lifespan
 from ..._extras import requires
+from ...scope import resolve_key
 from .._bridge import Setups
-from .._labels import resolve_key
 from .bridge import PrometheusBridge
 
 with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):

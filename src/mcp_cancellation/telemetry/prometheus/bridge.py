@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ... import signals
 from ..._extras import requires
 from ...errors import ConfigurationError
-from ...scope import SCOPE_KINDS, ScopeKind, scope_kind
+from ...scope import SCOPE_KINDS, ScopeKind, ScopeLabeler, scope_kind
 from ...storage.base import STORAGE_OPERATIONS, TableSummary
 from ...token import OTHER_TOOL
 from .._bridge import Bridge, Receivers
@@ -25,7 +25,6 @@ from .._catalogue import (
     operation_labels,
 )
 from .._guard import never_raise
-from .._labels import ScopeLabeler
 from .._rejections import REJECTIONS_WINDOW, Rejections
 from .._table_state import ignored_by_tool
 from ._tally import KindChildren, KindCounter, KindTally
@@ -129,6 +128,7 @@ class PrometheusBridge(Bridge):
         self._stop_histogram: Histogram | None = None
         self._ignored_total: Counter | None = None
         self._operations: Histogram | None = None
+        self._operator: dict[str, Counter] = {}
         self._operation_children: dict[tuple[str, ...], Histogram] = {}
 
     # -- lifecycle (install/uninstall: see telemetry._bridge) ---------------------------
@@ -204,6 +204,8 @@ class PrometheusBridge(Bridge):
         # histogram there has no point before one).
         self._stop_histogram = stop
         self._stop_seconds = {}
+        operator = _counter("operator_cancelled")
+        self._operator = {kind: operator.labels(kind) for kind in SCOPE_KINDS}
         ignored = self._ignored_total = _counter("cancellations_ignored")
         ignored.labels(OTHER_TOOL)  # exists from the start; registered tools with their first
         operations = self._operations = Histogram(
@@ -217,7 +219,10 @@ class PrometheusBridge(Bridge):
             buckets=OPERATION_BUCKETS,
         )
         self._operation_children = {}
-        self._counters = [cancelled, rejected, evicted, cleanup, errors, stop, ignored, operations]
+        self._counters = [
+            *(cancelled, rejected, evicted, cleanup, errors, stop, ignored, operations),
+            operator,
+        ]
         if reg is not None:
             done: list[Collector] = []
             try:
@@ -251,7 +256,10 @@ class PrometheusBridge(Bridge):
         # never_raise, inlined: this receiver runs on every recorded cancellation. The
         # signal's arguments are named, so that binding them fills no ``**_`` dict.
         try:
-            self._cancelled.inc(scope_kind(scope))  # type: ignore[union-attr]
+            kind = scope_kind(scope)
+            self._cancelled.inc(kind)  # type: ignore[union-attr]
+            if method == "operator":
+                self._operator[kind].inc()
         except Exception:
             logger.exception("telemetry receiver %s failed", "PrometheusBridge._on_cancelled")
 

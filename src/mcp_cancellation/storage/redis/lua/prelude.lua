@@ -9,6 +9,7 @@ local WORKERS = P .. 'workers'
 local KINDS = P .. 'kinds'
 local EPOCH = P .. 'epoch'
 local LOST = P .. 'lost'
+local INFO = P .. 'info'
 local function rows_key(scope) return P .. 's:' .. scope end
 local function level_key(n) return P .. 'l:' .. string.format('%d', n) end
 local function flight_key(m) return P .. 'f:' .. m end
@@ -255,13 +256,16 @@ local function miss_key(m) return P .. 'miss:' .. m end
 -- returned). With age (ms since the worker started the request), a cancellation that
 -- missed the request because its track was still on its way (recorded by ADD within
 -- MISS_MS, after the request started) is claimed too, as a mark of this owner.
-local function track(scope, key, owner, w, age)
+local function track(scope, key, owner, w, age, tool)
   local m = member(scope, key)
   local fk = flight_key(m)
   if redis.call('HSET', fk, owner, w) == 1 then
     redis.call('HINCRBY', FS, scope, 1)
     redis.call('SADD', worker_key(w), netstring(m) .. owner)
   end
+  -- What an operator sees of it: its start (ms), worker and tool.
+  local started = math.floor(now_us() / 1000) - (age or 0)
+  redis.call('HSET', INFO, netstring(m) .. owner, started .. '\t' .. w .. '\t' .. (tool or ''))
   local v = redis.call('HGET', REASONS, m)
   if v and string.byte(v, 1) == 42 then  -- '*': pending, claimed by this owner
     v = string.sub(v, 2)
@@ -289,6 +293,7 @@ local function untrack_member(m, scope, owner)
   local w = redis.call('HGET', fk, owner)
   if not w then return 0 end
   redis.call('HDEL', fk, owner, '!' .. owner)
+  redis.call('HDEL', INFO, netstring(m) .. owner)
   if redis.call('HINCRBY', FS, scope, -1) <= 0 then redis.call('HDEL', FS, scope) end
   redis.call('SREM', worker_key(w), netstring(m) .. owner)
   return 1

@@ -1,8 +1,9 @@
 -- ARGV: prefix, worker, heartbeat TTL (ms), the epoch the worker knows ('' for none), the
 -- grace of a lost table (ms), full ('1': a resync, '0': a batch), recovering ('1': the
 -- worker's earlier calls failed, so `P lost` marks the grace period too), then operations as
--- (op, scope, key, owner) quads, in order: 'T' track ('T<ms>': of a request started <ms>
--- ago, which may claim a cancellation that missed it, see track()), 'U' untrack, 'R' release (untrack,
+-- (op, scope, key, owner) quads, in order: 'T' track ('T<ms>[:<tool>]': of a request
+-- started <ms> ago, which may claim a cancellation that missed it, see track(); calling
+-- <tool>), 'U' untrack, 'R' release (untrack,
 -- and remove the row if it is bound and no owner is left: a dead owner's), 'F' finish
 -- (untrack and remove the row).
 -- A resync ('1') sends a 'T' for every request the worker has in flight, and its in-flight
@@ -24,7 +25,9 @@ for i = 8, #ARGV, 4 do
   local op, scope, key, owner = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local c = string.byte(op, 1)
   if c == 84 then  -- 'T'
-    local v = track(scope, key, owner, w, tonumber(string.sub(op, 2)))
+    local colon = string.find(op, ':', 2, true)
+    local age = tonumber(string.sub(op, 2, colon and colon - 1 or -1))
+    local v = track(scope, key, owner, w, age, colon and string.sub(op, colon + 1) or '')
     if full then
       local m = member(scope, key)
       keep[netstring(m) .. owner] = true

@@ -1,0 +1,279 @@
+"""Operators: see every request in flight, and cancel a scope's calls.
+
+What an alert or a dashboard names (a scope, a tool), an operator acts on here, as with
+``pg_stat_activity`` and ``pg_cancel_backend``: :func:`list_requests` lists the requests
+in flight in every worker that shares the registry's table, :func:`cancel_requests`
+cancels those of one scope (by id, by tool, or all), as the operator (the quota does not
+apply; ``request.cancelled`` carries ``method="operator"``). Scopes are shown as the
+dashboards show them: a session as its short hash, never its id (see
+:class:`~mcp_cancellation.scope.ScopeLabeler`), and a scope may be named either way.
+
+:func:`admin_app` serves both as JSON behind a bearer token, to mount beside ``/metrics``
+(never on the MCP path); the ``mcp-cancellation inspect`` and ``cancel`` commands call it
+(``--url``) or read the Redis table directly (``--redis``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import time
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._asgi import Receive, Scope, Send, header, send_response, serve_lifespan
+from .errors import CancellationError, ConfigurationError, StorageUnavailable
+from .scope import ScopeLabeler, scope_kind
+
+if TYPE_CHECKING:
+    from .registry import CancellationRegistry
+    from .storage.base import InFlightRequest
+
+__all__ = [
+    "ADMIN_TOKEN_ENV",
+    "AdminApp",
+    "RequestView",
+    "admin_app",
+    "cancel_requests",
+    "list_requests",
+]
+
+logger = logging.getLogger("mcp_cancellation.admin")
+
+#: Environment variable holding the admin app's bearer token when none is given.
+ADMIN_TOKEN_ENV = "MCP_CANCELLATION_ADMIN_TOKEN"
+_BODY_LIMIT = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """One request in flight as an operator sees it (never a raw session id)."""
+
+    scope: str
+    scope_kind: str
+    id: str
+    tool: str | None
+    age: float
+    worker: str
+    cancelled: bool
+    reason: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _views(
+    requests: Iterable[InFlightRequest], labeler: ScopeLabeler
+) -> list[tuple[RequestView, InFlightRequest]]:
+    now = time.time()
+    found = [
+        (
+            RequestView(
+                scope=labeler(r.scope),
+                scope_kind=scope_kind(r.scope),
+                id=r.request_id,
+                tool=r.tool,
+                age=round(max(0.0, now - r.started), 3),
+                worker=r.worker,
+                cancelled=r.cancelled,
+                reason=r.reason,
+            ),
+            r,
+        )
+        for r in requests
+    ]
+    found.sort(key=lambda pair: -pair[0].age)
+    return found
+
+
+def _selected(
+    pairs: list[tuple[RequestView, InFlightRequest]],
+    *,
+    scope: str | None,
+    kind: str | None,
+    tool: str | None,
+    min_age: float | None,
+    request_id: str | None = None,
+) -> list[tuple[RequestView, InFlightRequest]]:
+    return [
+        (view, request)
+        for view, request in pairs
+        if (scope is None or scope in (view.scope, request.scope))
+        and (kind is None or view.scope_kind == kind)
+        and (tool is None or view.tool == tool)
+        and (min_age is None or view.age >= min_age)
+        and (request_id is None or view.id == request_id)
+    ]
+
+
+async def list_requests(
+    registry: CancellationRegistry,
+    *,
+    scope: str | None = None,
+    kind: str | None = None,
+    tool: str | None = None,
+    min_age: float | None = None,
+    hash_key: str | bytes | None = None,
+) -> list[RequestView]:
+    """The requests in flight, oldest first, filtered by scope (as shown, or raw), scope
+    kind, tool and minimum age (seconds)."""
+    pairs = _views(await registry.requests(), ScopeLabeler(hash_key))
+    chosen = _selected(pairs, scope=scope, kind=kind, tool=tool, min_age=min_age)
+    return [view for view, _ in chosen]
+
+
+async def cancel_requests(
+    registry: CancellationRegistry,
+    scope: str,
+    *,
+    request_id: str | None = None,
+    tool: str | None = None,
+    every: bool = False,
+    reason: str | None = None,
+    hash_key: str | bytes | None = None,
+) -> list[RequestView]:
+    """Cancel, as the operator, the requests in flight of *scope* (as shown, or raw): the
+    one with *request_id*, those calling *tool*, or *every* one. Returns those cancelled
+    (each logged). Exactly one of *request_id*, *tool* and *every* must be given."""
+    if sum((request_id is not None, tool is not None, every)) != 1:
+        raise ConfigurationError("give exactly one of an id, a tool, or all")
+    if not scope:
+        raise ConfigurationError("a scope is required")
+    pairs = _views(await registry.requests(), ScopeLabeler(hash_key))
+    chosen = _selected(
+        pairs, scope=scope, kind=None, tool=tool, min_age=None, request_id=request_id
+    )
+    done: list[RequestView] = []
+    seen: set[tuple[str, str]] = set()
+    for view, request in chosen:
+        if (request.scope, request.request_id) in seen:
+            continue  # one cancellation reaches every owner of the request
+        seen.add((request.scope, request.request_id))
+        if await registry.cancel_as_operator(request.request_id, reason, request.scope):
+            logger.info(
+                "operator cancelled request %s in scope %s (tool %s, worker %s): %s",
+                view.id,
+                view.scope,
+                view.tool or "-",
+                view.worker,
+                reason or "no reason given",
+            )
+            done.append(view)
+    return done
+
+
+class AdminApp:
+    """The ASGI app :func:`admin_app` returns: ``GET <mount>/requests`` and
+    ``POST <mount>/cancel``, each behind ``Authorization: Bearer <token>``."""
+
+    def __init__(
+        self, registry: CancellationRegistry, token: str, hash_key: str | bytes | None
+    ) -> None:
+        self.registry = registry
+        self._token = token.encode("utf-8")
+        self._hash_key = hash_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await serve_lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        if not self._authorized(scope):
+            await _json(send, 401, {"error": "a valid bearer token is required"}, bearer=True)
+            return
+        path = str(scope.get("path", "")).removeprefix(str(scope.get("root_path", "")))
+        method = scope.get("method")
+        try:
+            if path.rstrip("/").endswith("/requests") and method == "GET":
+                await self._list(scope, send)
+            elif path.rstrip("/").endswith("/cancel") and method == "POST":
+                await self._cancel(receive, send)
+            else:
+                await _json(send, 404, {"error": "GET requests or POST cancel"})
+        except StorageUnavailable as exc:
+            await _json(send, 503, {"error": f"storage unavailable: {exc}"})
+        except (CancellationError, ValueError) as exc:
+            await _json(send, 400, {"error": str(exc)})
+
+    def _authorized(self, scope: Scope) -> bool:
+        given = header(scope, b"authorization") or ""
+        kind, _, token = given.partition(" ")
+        return kind.lower() == "bearer" and hmac.compare_digest(
+            token.strip().encode("utf-8"), self._token
+        )
+
+    async def _list(self, scope: Scope, send: Send) -> None:
+        query = urllib.parse.parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
+
+        def one(name: str) -> str | None:
+            values = query.get(name)
+            return values[-1] if values else None
+
+        min_age = one("min_age")
+        views = await list_requests(
+            self.registry,
+            scope=one("scope"),
+            kind=one("kind"),
+            tool=one("tool"),
+            min_age=None if min_age is None else float(min_age),
+            hash_key=self._hash_key,
+        )
+        await _json(send, 200, {"requests": [v.as_json() for v in views]})
+
+    async def _cancel(self, receive: Receive, send: Send) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if len(body) > _BODY_LIMIT:
+                await _json(send, 413, {"error": "body too large"})
+                return
+            if not message.get("more_body", False):
+                break
+        try:
+            order = json.loads(body)
+        except ValueError:
+            order = None
+        if not isinstance(order, dict) or not isinstance(order.get("scope"), str):
+            raise ValueError('expected a JSON object with "scope" and "id", "tool" or "all"')
+        request_id = order.get("id")
+        views = await cancel_requests(
+            self.registry,
+            order["scope"],
+            request_id=None if request_id is None else str(request_id),
+            tool=order.get("tool"),
+            every=order.get("all") is True,
+            reason=order.get("reason"),
+            hash_key=self._hash_key,
+        )
+        await _json(send, 200, {"cancelled": [v.as_json() for v in views]})
+
+
+async def _json(send: Send, status: int, document: Any, *, bearer: bool = False) -> None:
+    headers = [(b"www-authenticate", b"Bearer")] if bearer else []
+    body = json.dumps(document).encode("utf-8")
+    await send_response(send, status, body, content_type=b"application/json", headers=headers)
+
+
+def admin_app(
+    registry: CancellationRegistry,
+    *,
+    token: str | None = None,
+    hash_key: str | bytes | None = None,
+) -> AdminApp:
+    """An ASGI app serving the operators' two operations as JSON: ``GET /requests``
+    (query parameters ``scope``, ``kind``, ``tool``, ``min_age``) and ``POST /cancel``
+    (a JSON object: ``scope``, and ``id``, ``tool`` or ``"all": true``, with an optional
+    ``reason``). Every request needs ``Authorization: Bearer <token>`` (*token*, else
+    ``$MCP_CANCELLATION_ADMIN_TOKEN``; compared in constant time); anything else is
+    answered 401. Mount it beside ``/metrics``, never on the MCP path. *hash_key* is the
+    bridges' key for session labels (the same on every worker)."""
+    token = token if token is not None else os.environ.get(ADMIN_TOKEN_ENV, "")
+    if not token or not token.strip():
+        raise ConfigurationError(f"admin_app needs a token (token= or ${ADMIN_TOKEN_ENV})")
+    return AdminApp(registry, token.strip(), hash_key)
