@@ -17,6 +17,7 @@ __all__ = [
     "Scope",
     "Send",
     "header",
+    "route_path",
     "send_response",
     "serve_lifespan",
 ]
@@ -69,3 +70,15 @@ async def serve_lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def route_path(scope: Scope) -> str | None:
+    """The path without ``root_path``, as Starlette routes it (``uvicorn --root-path``,
+    or an app mounted under a prefix, put the root path in front of ``path``)."""
+    path = scope.get("path")
+    root = scope.get("root_path")
+    if not root or not isinstance(path, str) or not isinstance(root, str):
+        return None
+    if path.startswith(root) and path[len(root) : len(root) + 1] == "/":
+        return path[len(root) :]
+    return None

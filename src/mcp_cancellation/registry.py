@@ -10,10 +10,8 @@ default, or a shared one such as :class:`~mcp_cancellation.RedisStorage`.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
-import os
 import time
 import uuid
 from typing import NamedTuple
@@ -21,6 +19,7 @@ from typing import NamedTuple
 from . import signals
 from ._config import UNSET, _Unset, int_limit, seconds
 from ._ids import normalize_id
+from ._janitor import Janitor
 from ._owners import Owners
 from ._quota import QUOTA_MODES, QuotaMode, QuotaOverrides, QuotaPolicy
 from ._quota import quota_mode as quota_mode_of
@@ -28,13 +27,12 @@ from .errors import (
     CancellationLimitReached,
     ConfigurationError,
     InvalidRequestId,
-    StorageUnavailable,
 )
 from .reason import MAX_REASON_CHARS, sanitize_reason
 from .request_context import RequestContext
 from .scope import rows_by_kind
+from .storage import storage_from_environment
 from .storage.base import AddResult, InFlightRequest, Limits, Storage, StorageStats
-from .storage.memory import MemoryStorage
 from .token import RequestToken
 
 __all__ = [
@@ -50,20 +48,6 @@ logger = logging.getLogger("mcp_cancellation")
 
 #: The ``method`` of ``request.cancelled`` for an operator's cancellation.
 OPERATOR = "operator"
-
-
-def _default_storage() -> Storage:
-    """``RedisStorage`` when ``MCP_CANCELLATION_REDIS_URL`` is set (partitioned when
-    ``MCP_CANCELLATION_REDIS_PARTITIONS`` is above 1), else memory."""
-    url = os.environ.get("MCP_CANCELLATION_REDIS_URL", "").strip()
-    if url:
-        from .storage.redis import PartitionedRedisStorage, RedisStorage
-
-        partitions = int_limit("partitions", UNSET, "MCP_CANCELLATION_REDIS_PARTITIONS", 1)
-        if partitions is not None and partitions > 1:
-            return PartitionedRedisStorage.from_url(url, partitions=partitions)
-        return RedisStorage.from_url(url)
-    return MemoryStorage()
 
 
 class CleanupResult(NamedTuple):
@@ -119,11 +103,11 @@ class CancellationRegistry:
         if isinstance(max_reason_chars, bool) or not isinstance(max_reason_chars, int):
             raise ConfigurationError(f"max_reason_chars must be an int, not {max_reason_chars!r}")
         self._max_reason_chars = max_reason_chars
-        self._storage: Storage = storage if storage is not None else _default_storage()
+        self._storage: Storage = storage if storage is not None else storage_from_environment()
         self.instance_id = uuid.uuid4().hex[:12]
         self._storage.bind(self.instance_id)
         self._owners = Owners(self.instance_id + ":")
-        self._janitor: asyncio.Task[None] | None = None
+        self._janitor = Janitor(self.cleanup, self._janitor_interval)
 
     # -- configuration -----------------------------------------------------------------
 
@@ -428,41 +412,20 @@ class CancellationRegistry:
         """Rows and in-flight rows per scope, read from the storage."""
         return await self._storage.stats()
 
-    async def _janitor_loop(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.cleanup()
-            except StorageUnavailable as exc:
-                logger.warning("cancellation cleanup skipped: %s", exc)
-            except Exception:  # the janitor must outlive any single failure
-                logger.exception("cancellation cleanup failed")
-
     def start_janitor(self) -> None:
         """Run :meth:`cleanup` every ``janitor_interval`` seconds on the running loop.
 
         Idempotent; does nothing when ``janitor_interval`` is ``None``.
         """
-        if self._janitor_interval is None:
-            return
-        if self._janitor is not None and not self._janitor.done():
-            return
-        self._janitor = asyncio.get_running_loop().create_task(
-            self._janitor_loop(self._janitor_interval), name="mcp-cancellation-janitor"
-        )
+        self._janitor.start()
 
     @property
     def janitor_running(self) -> bool:
-        return self._janitor is not None and not self._janitor.done()
+        return self._janitor.running
 
     async def stop_janitor(self) -> None:
         """Stop the janitor and wait for it to finish."""
-        task, self._janitor = self._janitor, None
-        if task is None:
-            return
-        task.cancel()
-        # wait() never raises the janitor's CancelledError, but does propagate our own.
-        await asyncio.wait([task])
+        await self._janitor.stop()
 
     async def aclose(self) -> None:
         """Stop the janitor and close the storage."""

@@ -48,7 +48,7 @@ def black_hole() -> Iterator[str]:
 
 async def test_a_server_that_never_answers_costs_a_bounded_wait(black_hole: str) -> None:
     registry = CancellationRegistry(
-        RedisStorage.from_url(black_hole, prefix="hole", **FAST),  # type: ignore[arg-type]
+        RedisStorage.from_url(black_hole, prefix="hole", **FAST),
         janitor_interval=None,
     )
     try:
@@ -185,9 +185,9 @@ async def test_rows_a_failed_finish_left_are_released_when_redis_returns() -> No
     # A persistent Redis: its rows survive the restart, so a failed finish() would leak
     # the in-flight row for as long as this (live) worker keeps its heartbeat.
     with RedisServer("--appendonly", "yes", "--appendfsync", "always") as server:
-        storage = RedisStorage.from_url(server.url, prefix="aof", **FAST)  # type: ignore[arg-type]
+        storage = RedisStorage.from_url(server.url, prefix="aof", **FAST)
         registry = CancellationRegistry(storage, janitor_interval=None)
-        observer = RedisStorage.from_url(server.url, prefix="aof", **FAST)  # type: ignore[arg-type]
+        observer = RedisStorage.from_url(server.url, prefix="aof", **FAST)
         try:
             async with registry.request("r", "s"):
                 assert await observer.is_tracked("s", "r")
@@ -221,9 +221,9 @@ async def test_a_cancellation_row_a_failed_finish_left_is_removed_when_redis_ret
     # Left in place, the row would start the next request with the same id cancelled until
     # its TTL (clients reuse ids: every new mcp client session counts from the same start).
     with _persistent() as server:
-        storage = RedisStorage.from_url(server.url, prefix="aof", **FAST)  # type: ignore[arg-type]
+        storage = RedisStorage.from_url(server.url, prefix="aof", **FAST)
         registry = CancellationRegistry(storage, janitor_interval=None)
-        observer = RedisStorage.from_url(server.url, prefix="aof", **FAST)  # type: ignore[arg-type]
+        observer = RedisStorage.from_url(server.url, prefix="aof", **FAST)
         try:
             async with registry.request("r", "s") as token:
                 assert await registry.cancel_in_flight("r", "stop", scope="s")

@@ -32,7 +32,7 @@ async def make(redis_cluster: RedisClusterServers) -> AsyncIterator[Make]:
         storage = PartitionedRedisStorage.from_url(
             redis_cluster.url,
             partitions=3,
-            **{"prefix": f"test-{uuid.uuid4().hex[:10]}", **options},  # type: ignore[arg-type]
+            **{"prefix": f"test-{uuid.uuid4().hex[:10]}", **options},
         )
         made.append(storage)
         return storage

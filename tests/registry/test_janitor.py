@@ -65,7 +65,7 @@ async def test_stop_janitor_stops_the_task_and_no_pass_follows(
     registry = make_registry(janitor_interval=INTERVAL)
     with receiving(cancellation_cleanup) as passes:
         registry.start_janitor()
-        task = registry._janitor
+        task = registry._janitor._task
         assert task is not None
         await async_wait_until(lambda: len(passes.calls) >= 1, within=10)
         await registry.stop_janitor()
@@ -81,13 +81,13 @@ async def test_stop_janitor_stops_the_task_and_no_pass_follows(
 async def test_start_janitor_is_idempotent(make_registry: MakeRegistry) -> None:
     registry = make_registry(janitor_interval=INTERVAL)
     registry.start_janitor()
-    first = registry._janitor
+    first = registry._janitor._task
     registry.start_janitor()
-    assert registry._janitor is first
+    assert registry._janitor._task is first
     await registry.stop_janitor()
     registry.start_janitor()  # and restartable
     assert registry.janitor_running
-    assert registry._janitor is not first
+    assert registry._janitor._task is not first
     await registry.aclose()
     assert not registry.janitor_running
 

@@ -137,7 +137,7 @@ def _flood(storage: Storage, now: list[float]) -> None:
     before each eviction's effect could hide an error and at the end."""
     import random
 
-    from mcp_cancellation.storage.memory import _CHANGED_LIMIT
+    from mcp_cancellation.storage._scope_table import CHANGED_LIMIT as _CHANGED_LIMIT
 
     scopes = 8 * _CHANGED_LIMIT
     max_rows = scopes  # fills, then evicts 5 % at a time

@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._asgi import ASGIApp, Message, Receive, Scope, Send, header
+from .._asgi import ASGIApp, Message, Receive, Scope, Send, header, route_path
 from .._config import int_limit, seconds
 from .._extras import requires
 from ..errors import (
@@ -221,7 +221,7 @@ class CancellationMiddleware:
         """Whether an HTTP request is for the MCP endpoint: its path, with a trailing
         slash, or under the root path."""
         path = scope.get("path")
-        return path == self.path or self._on_path(path) or self._on_path(_route_path(scope))
+        return path == self.path or self._on_path(path) or self._on_path(route_path(scope))
 
     def _on_path(self, path: object) -> bool:
         if not isinstance(path, str):
@@ -434,18 +434,6 @@ class CancellationMiddleware:
             self._tool_names = frozenset(str(name) for name in listed)
         except Exception:
             logger.exception("listing the server's tools failed (tool labels stay as they were)")
-
-
-def _route_path(scope: Scope) -> str | None:
-    """The path without ``root_path``, as Starlette routes it (``uvicorn --root-path``,
-    or an app mounted under a prefix, put the root path in front of ``path``)."""
-    path = scope.get("path")
-    root = scope.get("root_path")
-    if not root or not isinstance(path, str) or not isinstance(root, str):
-        return None
-    if path.startswith(root) and path[len(root) : len(root) + 1] == "/":
-        return path[len(root) :]
-    return None
 
 
 @functools.lru_cache(maxsize=4096)

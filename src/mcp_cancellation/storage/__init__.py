@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
+from .._config import UNSET, int_limit
 from .._extras import lazy
-from .base import AddResult, Limits, Storage, StorageStats, TableSummary
+from .base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from .memory import MemoryStorage
 
 if TYPE_CHECKING:
@@ -13,13 +15,30 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AddResult",
+    "InFlightRequest",
     "Limits",
     "MemoryStorage",
     "RedisStorage",
     "Storage",
     "StorageStats",
     "TableSummary",
+    "storage_from_environment",
 ]
+
+
+def storage_from_environment() -> Storage:
+    """``RedisStorage`` when ``MCP_CANCELLATION_REDIS_URL`` is set (partitioned when
+    ``MCP_CANCELLATION_REDIS_PARTITIONS`` is above 1), else a :class:`MemoryStorage`: the
+    storage of a registry built without one."""
+    url = os.environ.get("MCP_CANCELLATION_REDIS_URL", "").strip()
+    if not url:
+        return MemoryStorage()
+    from .redis import PartitionedRedisStorage, RedisStorage
+
+    partitions = int_limit("partitions", UNSET, "MCP_CANCELLATION_REDIS_PARTITIONS", 1)
+    if partitions is not None and partitions > 1:
+        return PartitionedRedisStorage.from_url(url, partitions=partitions)
+    return RedisStorage.from_url(url)
 
 
 # RedisStorage needs the optional ``redis`` extra; import it only when asked for.

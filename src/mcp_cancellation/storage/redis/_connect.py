@@ -4,6 +4,7 @@ blocking pool, or a cluster) and the table's identity (private)."""
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Collection
 from typing import Any
 
 from ..._extras import requires
@@ -67,6 +68,49 @@ def client_from_url(
     except ValueError as exc:  # what redis-py says of a URL it cannot read
         raise ConfigurationError(f"not a usable Redis URL: {url!r} ({exc})") from exc
     return Redis.from_pool(pool), None
+
+
+#: The constructor's options (``from_url()`` gives any other to the client).
+STORAGE_OPTIONS = frozenset(
+    {
+        "prefix",
+        "timeout",
+        "heartbeat_ttl",
+        "cleanup_batch",
+        "reconnect_backoff",
+        "identity",
+        "eviction_chunk",
+        "max_concurrency",
+        "max_wait",
+    }
+)
+#: from_url()'s options that configure the client, with their defaults.
+CLIENT_DEFAULTS: dict[str, Any] = {
+    "socket_timeout": 2.0,
+    "connect_timeout": 2.0,
+    "retries": 1,
+    "max_connections": 50,
+    "cluster": None,
+}
+
+
+def connect(
+    url: str, options: dict[str, Any], storage_options: Collection[str] = STORAGE_OPTIONS
+) -> tuple[Redis | RedisCluster, dict[str, Any]]:
+    """The client for *url* built from the client options among *options* (any option not
+    in *storage_options* goes to redis-py), and the storage options left, with
+    ``max_concurrency`` set for a cluster and ``close_client`` set: the storage made the
+    client, so it closes it."""
+    storage = {k: v for k, v in options.items() if k in storage_options}
+    client_options = {**CLIENT_DEFAULTS}
+    client_options.update((k, v) for k, v in options.items() if k not in storage_options)
+    client, concurrency = client_from_url(
+        url, timeout=storage.get("timeout", 5.0), **client_options
+    )
+    if concurrency is not None:
+        storage.setdefault("max_concurrency", concurrency)
+    storage["close_client"] = True
+    return client, storage
 
 
 #: The URL schemes RedisStorage.from_url() accepts.

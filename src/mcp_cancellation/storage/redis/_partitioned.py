@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Self
 from ..._extras import requires
 from ...errors import ConfigurationError
 from ..base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
-from ._connect import client_from_url, table_identity
+from ._connect import connect, table_identity
 from .storage import DEFAULT_PREFIX, RedisStorage
 
 with requires("redis", "PartitionedRedisStorage"):
@@ -86,43 +86,10 @@ class PartitionedRedisStorage(Storage):
         self._limits: dict[Limits, tuple[Limits, ...]] = {}
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        partitions: int,
-        prefix: str = DEFAULT_PREFIX,
-        socket_timeout: float = 2.0,
-        connect_timeout: float = 2.0,
-        timeout: float = 5.0,
-        retries: int = 1,
-        max_connections: int = 50,
-        cluster: bool | None = None,
-        identity: str | None = None,
-        **options: Any,
-    ) -> Self:
-        """Connect as :meth:`RedisStorage.from_url` does (the same URLs and client
-        options); *options* are the storage options of :class:`RedisStorage`."""
-        client, concurrency = client_from_url(
-            url,
-            socket_timeout=socket_timeout,
-            connect_timeout=connect_timeout,
-            timeout=timeout,
-            retries=retries,
-            max_connections=max_connections,
-            cluster=cluster,
-        )
-        if concurrency is not None:
-            options.setdefault("max_concurrency", concurrency)
-        return cls(
-            client,
-            partitions=partitions,
-            prefix=prefix,
-            identity=identity,
-            close_client=True,
-            timeout=timeout,
-            **options,
-        )
+    def from_url(cls, url: str, *, partitions: int, **options: Any) -> Self:
+        """Connect as :meth:`RedisStorage.from_url` does (the same URLs and options)."""
+        client, storage = connect(url, options)
+        return cls(client, partitions=partitions, **storage)
 
     @property
     def identity(self) -> str:

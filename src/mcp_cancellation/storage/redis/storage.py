@@ -30,7 +30,7 @@ from ._codec import (
     text,
     to_bytes,
 )
-from ._connect import client_from_url, table_identity
+from ._connect import connect, table_identity
 from ._home import UNAVAILABLE, HomeLoop
 from ._journal import Journal
 from ._push import BEHIND, ChannelSubscription, Push, Subscription
@@ -64,23 +64,15 @@ T = TypeVar("T")
 class RedisStorage(Storage):
     """Rows in Redis, shared by every worker and node that uses the same prefix.
 
-    *client* is a ``redis.asyncio.Redis`` client, or a ``redis.asyncio.RedisCluster`` for
-    a Redis Cluster (prefer ``decode_responses=False`` and bounded ``socket_timeout`` /
-    ``socket_connect_timeout``); :meth:`from_url` builds either with sensible bounds. On a
-    cluster, pushed cancellations use sharded pub/sub (Redis >= 7) and at most
-    *max_concurrency* calls run at once (the others wait, within *timeout*), since the
-    cluster client's pool refuses a burst instead of queueing it: with your own
-    ``RedisCluster``, keep it a few below the client's ``max_connections`` (per node).
-    *timeout* caps every storage call, retries included. A request never waits for Redis
-    longer than *max_wait* as it starts or ends: past it, the request runs (cancellable in
-    this worker) and its track reaches Redis when Redis answers (retried with
-    *reconnect_backoff*).
-    *heartbeat_ttl* is how long a silent worker keeps its in-flight rows. *identity* names
-    the table in metrics (the ``storage`` label); by default it is derived from the
-    server's address, the database and the prefix (see :attr:`identity`).
-    *eviction_chunk* bounds the rows one script evicts: a larger eviction batch (the cap's
-    ``max_rows // 20``) is taken by several scripts in a row, which together evict exactly
-    what one would, so Redis serves other clients in between (``None``: one script).
+    *client* is a ``redis.asyncio.Redis``, or a ``RedisCluster`` (sharded pub/sub, Redis
+    >= 7; at most *max_concurrency* calls at once, since its pool refuses a burst);
+    :meth:`from_url` builds either with sensible bounds. *timeout* caps every call,
+    retries included; a request waits for Redis at most *max_wait* as it starts or ends
+    (past it, its track reaches Redis when Redis answers, retried with
+    *reconnect_backoff*). *heartbeat_ttl* is how long a silent worker keeps its rows;
+    *identity* names the table in metrics (default: see :attr:`identity`);
+    *eviction_chunk* bounds the rows one script evicts (``None``: one script per batch).
+    docs/deployment.md, sections 7 and 8, says more of each.
     """
 
     name = "redis"
@@ -163,63 +155,24 @@ class RedisStorage(Storage):
         )
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        socket_timeout: float = 2.0,
-        connect_timeout: float = 2.0,
-        timeout: float = 5.0,
-        heartbeat_ttl: float = 30.0,
-        retries: int = 1,
-        max_connections: int = 50,
-        cleanup_batch: int = DEFAULT_CLEANUP_BATCH,
-        reconnect_backoff: tuple[float, float] = (0.05, 2.0),
-        identity: str | None = None,
-        eviction_chunk: int | None = DEFAULT_EVICTION_CHUNK,
-        cluster: bool | None = None,
-        max_wait: float = DEFAULT_MAX_WAIT,
-        **client_kwargs: Any,
-    ) -> Self:
+    def from_url(cls, url: str, **options: Any) -> Self:
         """Connect to ``redis://`` / ``rediss://`` / ``unix://`` *url*, or to a Redis
         Cluster: ``redis+cluster://[user:pass@]host:port[,host:port...]`` (``rediss+cluster``
         for TLS), or any ``redis://`` URL with ``cluster=True``. Every node listed in a
         cluster URL is a startup node.
 
-        Each command waits at most *socket_timeout* (*connect_timeout* to connect) and is
-        retried *retries* times at once (which also heals a pooled connection that the
+        *options* are the constructor's, plus the client's: each command waits at most
+        ``socket_timeout`` (2 s; ``connect_timeout`` to connect) and is retried
+        ``retries`` (1) times at once (which also heals a pooled connection that the
         server closed); *timeout* caps the whole call, including the wait for one of the
-        pool's *max_connections* (plus the pub/sub connection). On a cluster a command is
-        retried with a short backoff until *timeout* instead, so one issued during a
-        failover succeeds once a replica has taken over. Extra keyword arguments go to
-        ``redis.asyncio.BlockingConnectionPool.from_url`` (to ``RedisCluster`` on a
+        pool's ``max_connections`` (50, plus the pub/sub connection). On a cluster a
+        command is retried with a short backoff until *timeout* instead, so one issued
+        during a failover succeeds once a replica has taken over. Any other keyword goes
+        to ``redis.asyncio.BlockingConnectionPool.from_url`` (to ``RedisCluster`` on a
         cluster). The client is closed by :meth:`aclose`.
         """
-        options: dict[str, Any] = {
-            "prefix": prefix,
-            "timeout": timeout,
-            "heartbeat_ttl": heartbeat_ttl,
-            "cleanup_batch": cleanup_batch,
-            "reconnect_backoff": reconnect_backoff,
-            "close_client": True,
-            "identity": identity,
-            "eviction_chunk": eviction_chunk,
-            "max_wait": max_wait,
-        }
-        client, concurrency = client_from_url(
-            url,
-            socket_timeout=socket_timeout,
-            connect_timeout=connect_timeout,
-            timeout=timeout,
-            retries=retries,
-            max_connections=max_connections,
-            cluster=cluster,
-            **client_kwargs,
-        )
-        if concurrency is not None:
-            options["max_concurrency"] = concurrency
-        return cls(client, **options)
+        client, storage = connect(url, options)
+        return cls(client, **storage)
 
     # -- identity and plumbing -----------------------------------------------------------
 
