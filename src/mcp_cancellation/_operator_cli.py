@@ -22,7 +22,7 @@ from typing import Any
 from .admin import ADMIN_TOKEN_ENV, cancel_requests, list_requests
 from .errors import CancellationError
 
-__all__ = ["add_parser"]
+__all__ = ["add_cancel_parser", "add_inspect_parser"]
 
 
 def _source_options(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +48,7 @@ def _source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON, for scripts")
 
 
-def add_parser(subparsers: Any) -> None:
+def add_inspect_parser(subparsers: Any) -> None:
     inspect = subparsers.add_parser(
         "inspect",
         help="list the requests in flight, across every worker",
@@ -63,6 +63,8 @@ def add_parser(subparsers: Any) -> None:
     )
     inspect.set_defaults(run=_run_inspect)
 
+
+def add_cancel_parser(subparsers: Any) -> None:
     cancel = subparsers.add_parser(
         "cancel",
         help="cancel a scope's calls in flight, as the operator",

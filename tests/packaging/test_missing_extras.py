@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,19 @@ def test_the_command_names_the_extra_of_a_subcommand(bare_venv: Path, arguments:
         [str(command), "--help"], capture_output=True, text=True, timeout=60, check=True
     )
     assert "demo" in help_text.stdout
+
+
+def test_help_lists_every_command_without_importing_the_sdk() -> None:
+    """``mcp-cancellation --help`` answers at once: no subcommand's module (nor the mcp
+    SDK, nor redis) is imported to list them."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from mcp_cancellation.__main__ import SUBCOMMANDS, main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
+        "    main(['--help'])\n"
+        "assert all(name in out.getvalue() for name in SUBCOMMANDS), out.getvalue()\n"
+        "heavy = ('mcp', 'redis', 'httpx', 'mcp_cancellation.demo')\n"
+        "assert not [m for m in heavy if m in sys.modules]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
