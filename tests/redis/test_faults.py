@@ -465,10 +465,15 @@ async def test_a_cancellation_that_overtakes_a_track_on_its_way_still_stops_the_
                 proxy.release()
                 await async_wait_until(lambda: token.cancelled, within=10)
                 assert token.reason == "overtaken"
+            async with a.request(7, scope="s") as again:  # the id reused: the miss is spent
+                await async_wait_until(lambda: b.in_flight(7, scope="s"), within=10)
+                assert not again.cancelled
 
             assert not await b.cancel_in_flight(8, "too early", scope="s")
             missed_at = await _redis_ms(raw)
-            await async_wait_until(lambda: _later_than(raw, missed_at + 2), within=10)
+            # (A start within a second of the miss may claim it: a track's start is only
+            # known give or take its time in transit.)
+            await async_wait_until(lambda: _later_than(raw, missed_at + 1100), within=10)
             proxy.hold()
             async with a.request(8, scope="s") as later:
                 proxy.release()

@@ -57,7 +57,7 @@ DEFAULT_EVICTION_CHUNK = 250
 #: worst (scopes that each lose their oldest row, the costliest shape; docs/performance.md).
 DEFAULT_CLEANUP_BATCH = 500
 #: The longest a request waits for Redis as it starts and as it ends (seconds).
-DEFAULT_MAX_WAIT = 0.05
+DEFAULT_MAX_WAIT = 0.25
 T = TypeVar("T")
 
 

@@ -251,6 +251,10 @@ end
 -- How long (ms) a cancellation that found its request not in flight waits for a track
 -- still on its way (see track()).
 local MISS_MS = 10000
+-- How much later than the miss a request may seem to have started and still claim it: its
+-- start is the worker's age of it subtracted from Redis's clock when the track runs, so a
+-- track that waited in transit (or in Redis's own queue) seems to have started later.
+local MISS_SLACK_MS = 1000
 local function miss_key(m) return P .. 'miss:' .. m end
 -- Track (scope, key) for owner of worker w. A pending row is claimed (its reason
 -- returned). With age (ms since the worker started the request), a cancellation that
@@ -277,9 +281,11 @@ local function track(scope, key, owner, w, age, tool)
     local miss = redis.call('GET', miss_key(m))
     if miss then
       local space = string.find(miss, ' ', 1, true)
-      if math.floor(now_us() / 1000) - age <= tonumber(string.sub(miss, 1, space - 1)) then
+      local started = math.floor(now_us() / 1000) - age
+      if started - MISS_SLACK_MS <= tonumber(string.sub(miss, 1, space - 1)) then
         v = string.sub(miss, space + 1)
         redis.call('HSET', fk, '!' .. owner, v)
+        redis.call('DEL', miss_key(m))  -- claimed: a later request of this id is not touched
         return v
       end
     end
