@@ -12,19 +12,22 @@ from contextvars import ContextVar
 
 from .token import RequestToken
 
-__all__ = ["cancelled", "current_token", "raise_if_cancelled"]
+__all__ = ["CURRENT_REQUEST", "cancelled", "current_token", "raise_if_cancelled"]
 
-_current: ContextVar[RequestToken | None] = ContextVar("mcp_cancellation_request", default=None)
+#: The current request's token (``registry.request()`` sets it for its block).
+CURRENT_REQUEST: ContextVar[RequestToken | None] = ContextVar(
+    "mcp_cancellation_request", default=None
+)
 
 
 def current_token() -> RequestToken | None:
     """The token of the request being served, or ``None`` outside a tracked request."""
-    return _current.get()
+    return CURRENT_REQUEST.get()
 
 
 def cancelled() -> bool:
     """Whether the request being served has been cancelled (``False`` outside one)."""
-    token = _current.get()
+    token = CURRENT_REQUEST.get()
     if token is None or not token.cancelled:
         return False
     token.mark_observed()  # the tool saw it: the request then ends as "stopped"
@@ -34,6 +37,6 @@ def cancelled() -> bool:
 def raise_if_cancelled() -> None:
     """Raise :class:`~mcp_cancellation.RequestCancelled` if the current request was
     cancelled; do nothing outside a tracked request."""
-    token = _current.get()
+    token = CURRENT_REQUEST.get()
     if token is not None and token.cancelled:
         token.raise_if_cancelled()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from . import signals
 from ._ids import normalize_id
 from ._owners import Owner, Owners, current_owner_object
-from .context import _current
+from .context import CURRENT_REQUEST
 from .errors import RequestCancelled, StorageUnavailable
 from .token import RequestToken
 
@@ -91,8 +91,8 @@ class RequestContext(Owner):
                 raise
         # The previous value, not set()'s reset Token: restoring it holds no 64-byte Token
         # per request in flight (benchmarks/registry.py, 1b.).
-        self._previous = _current.get()
-        _current.set(token)
+        self._previous = CURRENT_REQUEST.get()
+        CURRENT_REQUEST.set(token)
         return token
 
     async def __aexit__(
@@ -103,7 +103,7 @@ class RequestContext(Owner):
     ) -> None:
         previous = self._previous
         if previous is not _OUTSIDE:
-            _current.set(previous)  # type: ignore[arg-type]
+            CURRENT_REQUEST.set(previous)  # type: ignore[arg-type]
             self._previous = _OUTSIDE
         if signals.request_ended.receivers:
             self._ended()

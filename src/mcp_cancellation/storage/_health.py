@@ -21,10 +21,11 @@ class Health:
     and every failure is sent as ``storage.error`` with the storage as sender.
     """
 
-    __slots__ = ("_name", "_sender", "available", "failed_at", "refused")
+    __slots__ = ("_name", "available", "failed_at", "refused", "sender")
 
     def __init__(self, sender: object, name: str) -> None:
-        self._sender = sender
+        #: The storage that ``storage.error`` names (a partitioned storage, for its parts).
+        self.sender = sender
         self._name = name
         self.available = True
         #: ``time.monotonic()`` of the last failure (``None``: none yet).
@@ -54,4 +55,4 @@ class Health:
             self.available = False
             logger.warning("%s storage unavailable (%s: %s)", self._name, operation, error)
         if signals.storage_error.receivers:
-            signals.storage_error.send(self._sender, operation=operation, error=error)
+            signals.storage_error.send(self.sender, operation=operation, error=error)

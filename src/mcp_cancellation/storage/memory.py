@@ -213,7 +213,12 @@ class MemoryStorage(Storage):
                     and (scope, key) not in self._pending
                 ):
                     self._table.remove_row(scope, key, rows)
-            self._pending = {(s, k) for s, k in self._pending if k in self._table.rows.get(s, ())}
+            if len(self._pending) > 2 * self._table.total + 1024:
+                # Entries of rows gone since (evicted, expired) are harmless, as every add()
+                # sets or clears its own: drop them only once they outnumber the rows, so
+                # that a pass over a large table stays independent of its size.
+                rows_of = self._table.rows
+                self._pending = {(s, k) for s, k in self._pending if k in rows_of.get(s, ())}
             deadline = None if ttl is None else self._clock() - ttl
         removed = 0
         while deadline is not None:

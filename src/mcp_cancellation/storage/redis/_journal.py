@@ -19,7 +19,6 @@ and when another worker found it lost.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -44,9 +43,6 @@ logger = logging.getLogger("mcp_cancellation.redis")
 
 #: Operations one ``SYNC`` call carries at most (a few milliseconds of Redis time).
 BATCH = 256
-#: How long releases wait for a track to ride with (seconds): a request's release then
-#: costs no round trip of its own while requests keep starting.
-LINGER = 0.01
 
 RunScript = Callable[..., Awaitable[Any]]
 
@@ -106,7 +102,6 @@ class Journal:
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._quiet: asyncio.Event | None = None
-        self._hurry: asyncio.Event | None = None
         self._resync_wanted = False
         self._resync_waiters: list[asyncio.Future[int]] = []
         self._waiting: list[_Write] = []  # writes whose caller waits for them
@@ -152,7 +147,7 @@ class Journal:
             self._tokens.add(*row, token)
             self._unsent.add(row)
         write = _Write("T", row, token)
-        self._put(write, hurry=True)
+        self._put(write)
         try:
             await self._wait(write)
         except BaseException:  # cancelled while waiting: the request never started
@@ -161,7 +156,7 @@ class Journal:
 
     async def finish(self, row: Row, op: str) -> None:
         """:meth:`release`, waiting for Redis at most :attr:`wait` (it rides with the next
-        track, or goes after :data:`LINGER`; a cancelled wait leaves it queued)."""
+        track, or goes at once; a cancelled wait leaves it queued)."""
         await self._wait(self.release(row, op))
 
     def release(self, row: Row, op: str) -> _Write:
@@ -199,27 +194,23 @@ class Journal:
             first = min(w.queued_at for w in self._waiting)
             self._expiry = loop.call_at(first + self.wait, self._expire_waits)
 
-    def _put(self, write: _Write, *, hurry: bool = False) -> None:
+    def _put(self, write: _Write) -> None:
         self._queue.append(write)
-        self._kick(hurry=hurry)
+        self._kick()
 
-    def _kick(self, *, hurry: bool = True) -> None:
-        """Wake the background task; *hurry*: send now, without waiting for a track."""
+    def _kick(self) -> None:
+        """Wake the background task."""
         if self._wake is None:
             self._start()
         assert self._wake is not None
         assert self._quiet is not None
-        assert self._hurry is not None
         self._quiet.clear()
         self._wake.set()
-        if hurry:
-            self._hurry.set()
 
     def _start(self) -> None:
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._quiet = asyncio.Event()
-        self._hurry = asyncio.Event()
         name = f"mcp-cancellation-redis-sync-{self.worker}"
         self._task = loop.create_task(self._run(), name=name)
 
@@ -273,7 +264,6 @@ class Journal:
     async def _run(self) -> None:
         assert self._wake is not None
         assert self._quiet is not None
-        assert self._hurry is not None
         loop = asyncio.get_running_loop()
         delay = self._backoff[0]
         while not self._home.closed:
@@ -282,13 +272,8 @@ class Journal:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if not self._hurry.is_set() and len(self._queue) < BATCH:
-                # Only releases are queued: they ride with the next track, or go after
-                # LINGER (a release is idempotent and nobody waits for it).
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(LINGER):
-                        await self._hurry.wait()
-            self._hurry.clear()
+            # Whatever queued while the last call was on its way goes in this one: under
+            # load, the tracks and releases of many requests share a round trip.
             # The backoff counts from the start of an attempt: after a call that waited
             # out its timeout (a stall) the next one goes at once, so a write is always
             # waiting in Redis when it answers again.

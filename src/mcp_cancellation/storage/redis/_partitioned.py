@@ -83,6 +83,8 @@ class PartitionedRedisStorage(Storage):
             RedisStorage(client, prefix=part, identity=self._identity, **options)
             for part in partition_prefixes(prefix, partitions)
         )
+        for part in self.partitions:  # their failures are this storage's, for the bridges
+            part._health.sender = self
         self._limits: dict[Limits, tuple[Limits, ...]] = {}
 
     @classmethod

@@ -344,7 +344,7 @@ class RedisStorage(Storage):
 
     async def finish(self, scope: str, key: str, owner: str) -> None:
         """Untrack *owner* and remove the cancellation row in one write. It rides with the
-        next track (or goes after 10 ms); the caller waits for it at most ``max_wait``,
+        next call to Redis; the caller waits for it at most ``max_wait``,
         and it reaches Redis even if Redis answers later, or the caller is cancelled."""
         finish = functools.partial(self._journal.finish, (scope, key, owner), "F")
         await self._home.at_home(finish, self.timeout * 2)
