@@ -23,6 +23,7 @@ from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 
 from ..conftest import MakeRegistry
+from ._otlp import Receiver
 
 
 @pytest.fixture
@@ -91,3 +92,13 @@ def make_storage() -> Callable[[], Storage]:
 def memory_registry(make_registry: MakeRegistry) -> CancellationRegistry:
     """One in-memory registry with default limits."""
     return make_registry()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A loopback OTLP/HTTP receiver, serving for the test."""
+    found = Receiver()
+    found.thread.start()
+    yield found
+    found.server.shutdown()
+    found.server.server_close()

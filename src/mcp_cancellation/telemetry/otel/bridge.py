@@ -43,6 +43,7 @@ from .names import (
     SCOPE,
     SCOPE_KIND,
     SOURCE,
+    SPAN_CANCEL,
     SPAN_CLEANUP,
 )
 
@@ -194,7 +195,11 @@ class OpenTelemetryBridge(Bridge):
             return
         kind = scope_kind(scope)
         span = trace.get_current_span()
-        if span.is_recording():
+        recording = span.is_recording()
+        # A cancellation the middleware received (a notification it answered itself, a
+        # closed stream, an operator) may have no server span around it: the ASGI
+        # instrumentation's sits inside the middleware. It then gets a span of its own.
+        if recording or method is not None:
             source = _source(method)
             attributes: dict[str, str] = {
                 REQUEST_ID: request_id,
@@ -206,7 +211,10 @@ class OpenTelemetryBridge(Bridge):
                 attributes[METHOD] = method
             if reason is not None:
                 attributes[REASON] = reason
-            span.add_event(EVENT_CANCEL, attributes)
+            if recording:
+                span.add_event(EVENT_CANCEL, attributes)
+            else:
+                self.tracer.start_span(SPAN_CANCEL, attributes=attributes).end()
         self._instruments.cancelled.add((kind,))
         if method == "operator":
             self._instruments.operator.add(1, {"scope_kind": kind})

@@ -26,6 +26,7 @@ __all__ = [
     "EVENT_REJECTED",
     "INSTRUMENTATION_NAME",
     "METER_INSTRUMENTS",
+    "SPAN_CANCEL",
     "SPAN_CLEANUP",
     "SPAN_NAMES",
     "UNITS",
@@ -36,7 +37,10 @@ INSTRUMENTATION_NAME = "mcp_cancellation"
 
 SPAN_CLEANUP = "mcp_cancellation.cleanup"
 #: Every span name this bridge creates.
-SPAN_NAMES = frozenset({SPAN_CLEANUP})
+#: A cancellation with no span to carry its event (a notification the middleware
+#: answered, a closed stream, an operator's, outside any server span).
+SPAN_CANCEL = "mcp_cancellation.cancel"
+SPAN_NAMES = frozenset({SPAN_CLEANUP, SPAN_CANCEL})
 #: The event added to the current span for a recorded cancellation.
 EVENT_CANCEL = "mcp_cancellation.cancel"
 #: The event added to the current span for each scope an eviction batch took rows from.
