@@ -12,7 +12,7 @@ redis-py's asyncio ``RedisCluster`` routes the scripts by their first key. Its o
 ``ClusterPubSub`` is not used: a plain connection to the slot's master, subscribed with
 ``PubSub.ssubscribe`` (asyncio, redis-py >= 8.2: the cluster client of 8.0 and 8.1 breaks
 connections under concurrent calls, so :func:`is_cluster` refuses them; a single server
-works with every redis-py from 5.0),
+works with every redis-py from 5.0.1),
 is all the listener needs, and it already reconnects and resynchronises after any loss.
 """
 

@@ -1,0 +1,91 @@
+"""The oldest and the newest redis-py the ``redis`` extra admits, each in a fresh venv
+with the wheel: two workers on a real redis-server cancel each other's requests. (The
+suite's own venv runs everything else on the newest.)"""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+import venv
+from pathlib import Path
+
+import pytest
+
+from ..support import RedisServer
+
+pytestmark = pytest.mark.redis
+
+SCRIPT = textwrap.dedent(
+    """
+    import asyncio, sys, time, uuid
+
+    import redis
+
+    from mcp_cancellation import CancellationRegistry, RedisStorage
+
+
+    async def until(condition):
+        deadline = time.monotonic() + 10
+        while not await condition():
+            assert time.monotonic() < deadline, "condition not met within 10 s"
+            await asyncio.sleep(0.01)
+
+
+    async def main(url):
+        prefix = "compat-" + uuid.uuid4().hex[:8]
+        a = CancellationRegistry(RedisStorage.from_url(url, prefix=prefix), janitor_interval=None)
+        b = CancellationRegistry(RedisStorage.from_url(url, prefix=prefix), janitor_interval=None)
+        async with a.request(1, "ip:192.0.2.1", tool="poll") as token:
+            await until(lambda: b.in_flight(1, scope="ip:192.0.2.1"))
+            (seen,) = await b.requests()
+            assert (seen.request_id, seen.tool, seen.worker) == ("1", "poll", a.instance_id)
+            assert await b.cancel_in_flight(1, "stop", "ip:192.0.2.1")
+
+            async def flipped():
+                return token.cancelled
+
+            await until(flipped)
+            assert token.reason == "stop"
+        await until(lambda: _empty(b))
+        await a.aclose()
+        await b.aclose()
+        print("redis-py", redis.__version__, "ok")
+
+
+    async def _empty(registry):
+        stats = await registry.stats()
+        return stats.total_rows == 0 and stats.total_in_flight == 0
+
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+@pytest.mark.parametrize("version", ["5.0.1", "8.1.0"])
+def test_two_workers_cancel_across_each_other_with_this_redis_py(
+    version: str, dist: Path, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    home = tmp_path / "venv"
+    venv.create(home, with_pip=True, symlinks=True)
+    python = home / "bin" / "python"
+    (wheel,) = dist.glob("*.whl")
+    installed = subprocess.run(
+        [python, "-m", "pip", "install", "-q", f"{wheel}[redis]", f"redis=={version}"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    script = tmp_path / "workers.py"
+    script.write_text(SCRIPT, encoding="utf-8")
+    ran = subprocess.run(
+        [python, str(script), redis_server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert f"redis-py {version} ok" in ran.stdout
