@@ -38,7 +38,7 @@ def _source_options(parser: argparse.ArgumentParser) -> None:
         "--partitions",
         type=int,
         default=int(os.environ.get("MCP_CANCELLATION_REDIS_PARTITIONS") or 1),
-        help="partitions of the Redis table, as the workers use (default: 1)",
+        help="partitions of the Redis table, as the workers use (default: %(default)s)",
     )
     parser.add_argument(
         "--token",

@@ -268,8 +268,10 @@ def add_parser(subparsers: Any) -> None:
         description="Serve a stateless Streamable HTTP MCP server (the mcp SDK) behind "
         "CancellationMiddleware at /mcp, with Prometheus metrics at /metrics.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument("--port", type=int, default=8000, help="port to listen on")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    parser.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     parser.add_argument(
         "--json-response",
         action="store_true",
@@ -282,9 +284,18 @@ def add_parser(subparsers: Any) -> None:
         metavar="CIDR",
         help="believe X-Forwarded-For / Forwarded from this proxy (repeatable)",
     )
-    parser.add_argument("--max-rows", type=int, default=None, help="global cap on rows")
     parser.add_argument(
-        "--max-rows-per-scope", type=int, default=None, help="quota of rows per caller scope"
+        "--max-rows",
+        type=int,
+        default=None,
+        help="global cap on rows (default $MCP_CANCELLATION_MAX_ROWS, else 10000)",
+    )
+    parser.add_argument(
+        "--max-rows-per-scope",
+        type=int,
+        default=None,
+        help="quota of rows per caller scope (default $MCP_CANCELLATION_MAX_ROWS_PER_SCOPE, "
+        "else 256)",
     )
     parser.add_argument(
         "--stream-cancel-timeout",

@@ -105,3 +105,23 @@ def test_help_lists_every_command_without_importing_the_sdk() -> None:
         "assert not [m for m in heavy if m in sys.modules]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("command", ["demo", "client", "simulate", "inspect", "cancel"])
+def test_every_option_with_a_default_says_it_in_help(command: str) -> None:
+    import argparse
+
+    from mcp_cancellation.__main__ import build_parser
+
+    parser = build_parser([command])
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub = subparsers.choices[command]
+    silent = [
+        action.dest
+        for action in sub._actions
+        if action.option_strings
+        and action.default not in (None, False, [], argparse.SUPPRESS)
+        and action.help is not None
+        and "default" not in action.help
+    ]
+    assert silent == []

@@ -132,21 +132,66 @@ def add_parser(subparsers: Any) -> None:
     arg = parser.add_argument
     arg("--url", required=True, help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
     arg("--duration", type=float, default=defaults.duration, help="seconds (default %(default)s)")
-    arg("--max-requests", type=int, default=defaults.max_requests, help="HTTP request budget")
-    arg("--clients", type=int, default=defaults.clients, help="well-behaved clients")
-    arg("--call-seconds", type=int, default=defaults.call_seconds, help="slow_count length")
-    arg("--flood-rate", type=float, default=defaults.flood_rate, help="flood notifications/s")
-    arg("--flood-addresses", type=int, default=defaults.flood_addresses, help="flood sources")
+    arg(
+        "--max-requests",
+        type=int,
+        default=defaults.max_requests,
+        help="HTTP request budget (default %(default)s)",
+    )
+    arg(
+        "--clients",
+        type=int,
+        default=defaults.clients,
+        help="well-behaved clients (default %(default)s)",
+    )
+    arg(
+        "--call-seconds",
+        type=int,
+        default=defaults.call_seconds,
+        help="slow_count length (default %(default)s)",
+    )
+    arg(
+        "--flood-rate",
+        type=float,
+        default=defaults.flood_rate,
+        help="flood notifications/s (default %(default)s)",
+    )
+    arg(
+        "--flood-addresses",
+        type=int,
+        default=defaults.flood_addresses,
+        help="flood sources (default %(default)s)",
+    )
     invalid = "share of flood notifications with an invalid id, rejected (default %(default)s)"
     arg("--flood-invalid-share", type=float, default=defaults.flood_invalid_share, help=invalid)
-    arg("--hogs", type=int, default=defaults.hogs, help="scopes that sit at their quota")
+    arg(
+        "--hogs",
+        type=int,
+        default=defaults.hogs,
+        help="scopes that sit at their quota (default %(default)s)",
+    )
     hog_calls = "calls each hog keeps in flight (default: 1.5 x the server's quota, from /metrics)"
     arg("--hog-calls", type=int, default=defaults.hog_calls, help=hog_calls)
-    arg("--hog-tool", default=defaults.hog_tool, help="a tool that ignores cancellation polls")
-    arg("--hog-call-seconds", type=float, default=defaults.hog_call_seconds, help="its length")
-    ignorers = "clients calling a tool that ignores cancellation, and cancelling it (%(default)s)"
+    arg(
+        "--hog-tool",
+        default=defaults.hog_tool,
+        help="a tool that ignores cancellation polls (default %(default)s)",
+    )
+    arg(
+        "--hog-call-seconds",
+        type=float,
+        default=defaults.hog_call_seconds,
+        help="its length (default %(default)s)",
+    )
+    ignorers = (
+        "clients calling a tool that ignores cancellation, and cancelling it (default %(default)s)"
+    )
     arg("--ignorers", type=int, default=defaults.ignorers, help=ignorers)
-    arg("--ignorer-tool", default=defaults.ignorer_tool, help="the tool they call")
+    arg(
+        "--ignorer-tool",
+        default=defaults.ignorer_tool,
+        help="the tool they call (default %(default)s)",
+    )
     arg(
         "--ignorer-call-seconds",
         type=float,
