@@ -25,6 +25,7 @@ from .support import (
     RedisServer,
     Registries,
     ServerLog,
+    SteppedClock,
     server_log_tails,
 )
 
@@ -103,10 +104,18 @@ def redis_url(backend: str, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def make_storage(backend: str, request: pytest.FixtureRequest) -> Callable[[], Storage]:
+def clock() -> SteppedClock:
+    """The clock of the memory leg's storages (see :class:`SteppedClock`)."""
+    return SteppedClock()
+
+
+@pytest.fixture
+def make_storage(
+    backend: str, request: pytest.FixtureRequest, clock: SteppedClock
+) -> Callable[[], Storage]:
     """Build a fresh storage of the current backend (a new key prefix each time on Redis)."""
     if backend == "memory":
-        return MemoryStorage
+        return lambda: MemoryStorage(clock=clock)
     url = redis_url(backend, request)
     from mcp_cancellation.storage.redis import PartitionedRedisStorage, RedisStorage
 

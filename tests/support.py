@@ -41,6 +41,7 @@ one_table = pytest.mark.parametrize("backend", ONE_TABLE)
 
 
 __all__ = [
+    "SteppedClock",
     "BACKENDS",
     "ONE_TABLE",
     "one_table",
@@ -58,6 +59,21 @@ __all__ = [
 KEEP_ALIVE = 30
 #: How much of each server log a failed test shows.
 LOG_TAIL_LINES = 80
+
+
+class SteppedClock:
+    """``time.monotonic()`` plus what a test advanced it by: the memory storage's clock in
+    the backend matrix, so that a test ages rows without waiting (Redis ages rows by its
+    own clock, which a test cannot move: there a test waits)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
 
 
 class ServerLog:

@@ -6,19 +6,36 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
 import pytest
 
 from mcp_cancellation import CancellationRegistry, CleanupResult, ConfigurationError, MemoryStorage
 
+from ..support import SteppedClock
 from ._util import MakeRegistry, in_flight, rows
 
-# Real time is used only with wide margins: rows are "old" after sleeping OLD seconds and
-# the TTL is half of that, so a slow machine cannot turn a new row into an expired one.
+# Rows are "old" after OLD seconds and the TTL is half of that, so a slow machine cannot
+# turn a new row into an expired one. The memory leg's clock is moved; Redis ages rows by
+# its own clock, so there the test waits.
 OLD = 0.6
 TTL = OLD / 2
+
+Age = Callable[[float], Awaitable[None]]
+
+
+@pytest.fixture
+def age(backend: str, clock: SteppedClock) -> Age:
+    """Make the rows written so far *seconds* older."""
+
+    async def older(seconds: float) -> None:
+        if backend == "memory":
+            clock.advance(seconds)
+        else:
+            await asyncio.sleep(seconds)
+
+    return older
 
 
 async def test_cleanup_on_an_empty_registry(registry: CancellationRegistry) -> None:
@@ -28,10 +45,12 @@ async def test_cleanup_on_an_empty_registry(registry: CancellationRegistry) -> N
     assert (result.removed, result.in_flight_removed) == (0, 0)
 
 
-async def test_cleanup_removes_rows_older_than_the_ttl(registry: CancellationRegistry) -> None:
+async def test_cleanup_removes_rows_older_than_the_ttl(
+    registry: CancellationRegistry, age: Age
+) -> None:
     await registry.cancel(1, scope="a")
     await registry.cancel(2, scope="b")
-    await asyncio.sleep(OLD)
+    await age(OLD)
     await registry.cancel(3, scope="a")
     result = await registry.cleanup(ttl=TTL)
     assert result == CleanupResult(removed=2, in_flight_removed=0)
@@ -41,20 +60,22 @@ async def test_cleanup_removes_rows_older_than_the_ttl(registry: CancellationReg
     assert await rows(registry) == {"a": 1}
 
 
-async def test_cleanup_uses_the_registry_ttl_by_default(make_registry: MakeRegistry) -> None:
+async def test_cleanup_uses_the_registry_ttl_by_default(
+    make_registry: MakeRegistry, age: Age
+) -> None:
     registry = make_registry(ttl=TTL)
     assert registry.ttl == TTL
     await registry.cancel(1, scope="a")
     assert await registry.cleanup() == CleanupResult(0, 0)  # not expired yet
-    await asyncio.sleep(OLD)
+    await age(OLD)
     assert await registry.cleanup() == CleanupResult(1, 0)
     assert await rows(registry) == {}
 
 
-async def test_cleanup_with_ttl_none_expires_nothing(make_registry: MakeRegistry) -> None:
+async def test_cleanup_with_ttl_none_expires_nothing(make_registry: MakeRegistry, age: Age) -> None:
     registry = make_registry(ttl=None)
     await registry.cancel(1, scope="a")
-    await asyncio.sleep(0.05)
+    await age(0.05)
     assert await registry.cleanup() == CleanupResult(0, 0)
     assert await registry.cleanup(ttl=None) == CleanupResult(0, 0)
     assert await rows(registry) == {"a": 1}
@@ -84,11 +105,11 @@ async def test_ttl_expiry_with_a_controlled_clock() -> None:
 
 
 async def test_an_expired_row_of_a_live_request_leaves_its_token_cancelled(
-    registry: CancellationRegistry,
+    registry: CancellationRegistry, age: Age
 ) -> None:
     token = await registry.track(1, scope="s")
     await registry.cancel_in_flight(1, "stop", scope="s")
-    await asyncio.sleep(OLD)
+    await age(OLD)
     assert await registry.cleanup(ttl=TTL) == CleanupResult(1, 0)
     assert token.cancelled
     assert await registry.in_flight(1, scope="s")  # the request itself is still live
