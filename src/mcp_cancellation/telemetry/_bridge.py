@@ -23,6 +23,7 @@ from .. import signals
 from ..errors import ConfigurationError
 from ..scope import ScopeKind, scope_kind
 from ..token import OTHER_TOOL
+from ._catalogue import operation_labels
 from ._guard import disconnect_all, never_raise
 
 if TYPE_CHECKING:
@@ -98,6 +99,27 @@ class Bridge:
     def _stopped(self, kind: ScopeKind, outcome: str, seconds: float, ignoring: str | None) -> None:
         """A cancelled request of scope *kind* ended with *outcome*, *seconds* after its
         cancellation; *ignoring* is its tool's label if it ran past ``cancel_grace``."""
+        raise NotImplementedError
+
+    @never_raise
+    def _on_ended(  # the keywords of signals.request_ended
+        self,
+        sender: object,
+        *,
+        method: str | None = None,
+        tool: str | None = None,
+        protocol_version: str | None = None,
+        seconds: float = 0.0,
+        cancelled: bool = False,
+        **_: object,
+    ) -> None:
+        if not self._skips(sender):
+            labels = operation_labels(method, tool, protocol_version, cancelled)
+            self._ended(labels, seconds, cancelled)
+
+    def _ended(self, labels: tuple[str, ...], seconds: float, cancelled: bool) -> None:
+        """A request ended after *seconds*: *labels* are its bounded
+        ``mcp.server.operation.duration`` values (see ``_catalogue.OPERATION_LABELS``)."""
         raise NotImplementedError
 
     def _on_registry_collected(self) -> Callable[[], None] | None:

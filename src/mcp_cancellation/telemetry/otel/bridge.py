@@ -22,7 +22,6 @@ from .._catalogue import (
     OPERATION_LABELS,
     OUTCOMES,
     near_quota_rows,
-    operation_labels,
 )
 from .._guard import never_raise
 from .._rejections import Rejections
@@ -219,23 +218,9 @@ class OpenTelemetryBridge(Bridge):
         if method == "operator":
             self._instruments.operator.add(1, {"scope_kind": kind})
 
-    @never_raise
-    def _on_ended(
-        self,
-        sender: object,
-        *,
-        method: str | None = None,
-        tool: str | None = None,
-        protocol_version: str | None = None,
-        seconds: float = 0.0,
-        cancelled: bool = False,
-        **_: object,
-    ) -> None:
-        if self._elsewhere(sender):
-            return
-        values = operation_labels(method, tool, protocol_version, cancelled)
+    def _ended(self, labels: tuple[str, ...], seconds: float, cancelled: bool) -> None:
         attributes = {
-            name: value for name, value in zip(OPERATION_LABELS, values, strict=True) if value
+            name: value for name, value in zip(OPERATION_LABELS, labels, strict=True) if value
         }
         self._instruments.operations.record(seconds, attributes)
         if cancelled:

@@ -22,7 +22,6 @@ from .._catalogue import (
     OPERATION_DURATION,
     OPERATION_LABELS,
     near_quota_rows,
-    operation_labels,
 )
 from .._guard import never_raise
 from .._rejections import REJECTIONS_WINDOW, Rejections
@@ -302,19 +301,7 @@ class PrometheusBridge(Bridge):
         if ignoring is not None and self._ignored_total is not None:
             self._ignored_total.labels(ignoring).inc()
 
-    @never_raise
-    def _on_ended(
-        self,
-        sender: object,
-        *,
-        method: str | None = None,
-        tool: str | None = None,
-        protocol_version: str | None = None,
-        seconds: float = 0.0,
-        cancelled: bool = False,
-        **_: object,
-    ) -> None:
-        labels = operation_labels(method, tool, protocol_version, cancelled)
+    def _ended(self, labels: tuple[str, ...], seconds: float, cancelled: bool) -> None:
         child = self._operation_children.get(labels)
         if child is None:
             if self._operations is None:
