@@ -270,10 +270,20 @@ class CancellationRegistry:
         return key, text, quota.limits_for(scope) if quota.overridden else self._limits
 
     async def _record(
-        self, request_id: object, reason: object, scope: str, method: str | None, in_flight: bool
+        self,
+        request_id: object,
+        reason: object,
+        scope: str,
+        method: str | None,
+        in_flight: bool,
+        *,
+        quota: bool = True,
     ) -> bool:
-        """cancel() and cancel_in_flight(): one storage call, then the signals."""
+        """cancel(), cancel_in_flight() and cancel_as_operator() (without the *quota*): one
+        storage call, then the signals."""
         key, text, limits = self._prepare(request_id, reason, scope)
+        if not quota:
+            limits = dataclasses.replace(limits, max_rows_per_scope=None, shadow_quota=False)
         result = await self._storage.add(
             scope, key, text, limits=limits, require_in_flight=in_flight
         )
@@ -303,10 +313,7 @@ class CancellationRegistry:
         :meth:`cancel_in_flight`, except that the scope's quota does not apply (the cap
         still does), and ``request.cancelled`` carries ``method="operator"``. Returns
         whether it was recorded."""
-        key, text, limits = self._prepare(request_id, reason, scope)
-        limits = dataclasses.replace(limits, max_rows_per_scope=None, shadow_quota=False)
-        result = await self._storage.add(scope, key, text, limits=limits, require_in_flight=True)
-        return self._report(result, key, scope, text, OPERATOR)
+        return await self._record(request_id, reason, scope, OPERATOR, True, quota=False)
 
     async def requests(self) -> list[InFlightRequest]:
         """Every request in flight in the registry's table, in every process that shares
