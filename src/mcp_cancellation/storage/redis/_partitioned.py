@@ -112,7 +112,10 @@ class PartitionedRedisStorage(Storage):
 
     def partition_of(self, scope: str) -> RedisStorage:
         """The partition that holds *scope*'s rows."""
-        return self.partitions[zlib.crc32(scope.encode()) % len(self.partitions)]
+        return self.partitions[self._index_of(scope)]
+
+    def _index_of(self, scope: str) -> int:
+        return zlib.crc32(scope.encode()) % len(self.partitions)
 
     def __repr__(self) -> str:
         return f"<PartitionedRedisStorage prefix={self.prefix!r} partitions={len(self.partitions)}>"
@@ -142,9 +145,11 @@ class PartitionedRedisStorage(Storage):
         limits: Limits,
         require_in_flight: bool = False,
     ) -> AddResult:
-        part = self.partition_of(scope)
-        share = self._split(limits)[self.partitions.index(part)]
-        return await part.add(scope, key, reason, limits=share, require_in_flight=require_in_flight)
+        index = self._index_of(scope)
+        share = self._split(limits)[index]
+        return await self.partitions[index].add(
+            scope, key, reason, limits=share, require_in_flight=require_in_flight
+        )
 
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
         return await self.partition_of(scope).get(scope, key)
