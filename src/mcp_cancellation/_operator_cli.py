@@ -17,7 +17,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import Any, NoReturn
 
 from .admin import ADMIN_TOKEN_ENV, cancel_requests, list_requests
 from .errors import CancellationError
@@ -123,7 +123,7 @@ def _run_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     print(f"mcp-cancellation: error: {message}", file=sys.stderr)
     raise SystemExit(1)
 
@@ -147,7 +147,6 @@ def _call(args: argparse.Namespace, suffix: str, body: dict[str, Any] | None) ->
         _fail(f"the admin app at {args.url} answered {exc.code}: {detail}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         _fail(f"cannot reach the admin app at {args.url}: {exc}")
-    raise AssertionError("unreachable")
 
 
 def _with_registry(args: argparse.Namespace, action: Any) -> list[dict[str, Any]]:
@@ -176,7 +175,6 @@ def _with_registry(args: argparse.Namespace, action: Any) -> list[dict[str, Any]
         return asyncio.run(run())
     except CancellationError as exc:
         _fail(f"cannot reach the storage at {args.redis}: {exc}")
-    raise AssertionError("unreachable")
 
 
 def _print(args: argparse.Namespace, rows: list[dict[str, Any]], what: str) -> None:
