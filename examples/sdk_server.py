@@ -17,7 +17,6 @@ from mcp.server.mcpserver import Context, MCPServer
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
 from mcp_cancellation.integrations.mcp_sdk import cancellable, tool_names
-from mcp_cancellation.logs import log_to_stderr
 
 server = MCPServer("cancellable-sdk-server")
 
@@ -54,5 +53,6 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--json-response", action="store_true", help="answer in JSON, not SSE")
     args = parser.parse_args()
-    log_to_stderr()  # one INFO line per cancelled call: scope kind, id, reason, how it ended
+    # MCPServer styles the root logger with Rich; the package's line per cancelled call
+    # (scope kind, id, reason, worker, how it ended) still comes out as one plain line.
     uvicorn.run(make_app(args.json_response), host="127.0.0.1", port=args.port)

@@ -1,5 +1,6 @@
 """The example servers run as their docstrings say, and ``examples/client_cancel.py``
-cancels a call on each three ways; each server logs one line per cancelled call."""
+cancels a call on each three ways; each server logs one line per cancelled call (the SDK
+example without configuring logging: MCPServer's Rich root handler does not fold it)."""
 
 from __future__ import annotations
 
@@ -73,5 +74,6 @@ def test_an_example_server_cancels_three_ways_and_logs_each(
     assert len(found) == 3, found
     assert all(line.startswith("INFO mcp_cancellation.asgi: ") for line in found), found
     assert all(": stopped " in line for line in found), found
+    assert all(f" pid {server.pid}):" in line for line in found), found
     text = log.read_text(encoding="utf-8", errors="replace")
     assert "Traceback" not in text

@@ -43,6 +43,7 @@ from ..errors import (
     InvalidRequestId,
     StorageUnavailable,
 )
+from ..logs import plain_beside_rich
 from ..registry import CancellationRegistry
 from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of, trusted_networks
 from ..token import OTHER_TOOL
@@ -302,8 +303,10 @@ class CancellationMiddleware:
         if not self._started:
             # The first POST: the app has started (a lifespan startup has completed), so
             # the SDK's session manager exists if there is one. The janitor too, unless the
-            # server sends no lifespan events (start_janitor() is idempotent).
+            # server sends no lifespan events (start_janitor() is idempotent). Logging is
+            # configured by now too: under Rich alone, the package's lines go plain.
             self._started = True
+            plain_beside_rich()
             self.registry.start_janitor()
             self._find_transport()
 
