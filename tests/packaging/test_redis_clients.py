@@ -1,6 +1,7 @@
-"""The oldest and the newest redis-py the ``redis`` extra admits, each in a fresh venv
-with the wheel: two workers on a real redis-server cancel each other's requests. (The
-suite's own venv runs everything else on the newest.)"""
+"""The oldest redis-py the ``redis`` extra admits and 8.1.0, each in a fresh venv with the
+wheel: two workers on a real redis-server (and, on 8.1.0, on the six-node cluster) cancel
+each other's requests, after a burst of first calls from a fresh client. (The suite's own
+venv runs everything else on the newest.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ..support import RedisServer
+from ..conftest import redis_url
 
 pytestmark = pytest.mark.redis
 
@@ -33,6 +34,12 @@ SCRIPT = textwrap.dedent(
 
     async def main(url):
         prefix = "compat-" + uuid.uuid4().hex[:8]
+        # A fresh client's first calls at once (on a cluster, before it has the slot map).
+        burst = CancellationRegistry(RedisStorage.from_url(url, prefix=prefix + "-burst"))
+        scopes = [f"ip:192.0.2.{n}" for n in range(5)]
+        await asyncio.gather(*(burst.cancel(n, "burst", scope=scopes[n % 5]) for n in range(250)))
+        assert (await burst.stats()).total_rows == 250
+        await burst.aclose()
         a = CancellationRegistry(RedisStorage.from_url(url, prefix=prefix), janitor_interval=None)
         b = CancellationRegistry(RedisStorage.from_url(url, prefix=prefix), janitor_interval=None)
         async with a.request(1, "ip:192.0.2.1", tool="poll") as token:
@@ -62,10 +69,18 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("version", ["5.0.1", "8.1.0"])
+@pytest.mark.parametrize(
+    ("version", "backend"),
+    [
+        ("5.0.1", "redis"),
+        ("8.1.0", "redis"),
+        pytest.param("8.1.0", "redis-cluster", marks=pytest.mark.cluster),
+    ],
+)
 def test_two_workers_cancel_across_each_other_with_this_redis_py(
-    version: str, dist: Path, tmp_path: Path, redis_server: RedisServer
+    version: str, backend: str, dist: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    url = redis_url(backend, request)
     home = tmp_path / "venv"
     venv.create(home, with_pip=True, symlinks=True)
     python = home / "bin" / "python"
@@ -81,7 +96,7 @@ def test_two_workers_cancel_across_each_other_with_this_redis_py(
     script = tmp_path / "workers.py"
     script.write_text(SCRIPT, encoding="utf-8")
     ran = subprocess.run(
-        [python, str(script), redis_server.url],
+        [python, str(script), url],
         capture_output=True,
         text=True,
         timeout=60,

@@ -10,10 +10,14 @@ again after every failover or slot move.
 
 redis-py's asyncio ``RedisCluster`` routes the scripts by their first key. Its own
 ``ClusterPubSub`` is not used: a plain connection to the slot's master, subscribed with
-``PubSub.ssubscribe`` (asyncio, redis-py >= 8.2: the cluster client of 8.0 and 8.1 breaks
-connections under concurrent calls, so :func:`is_cluster` refuses them; a single server
-works with every redis-py from 5.0.1),
-is all the listener needs, and it already reconnects and resynchronises after any loss.
+``PubSub.ssubscribe`` (asyncio, redis-py >= 8.0), is all the listener needs, and it
+already reconnects and resynchronises after any loss.
+
+redis-py 8.0 and 8.1 send a call made before the client has its slot map to any node; a
+burst of such calls (the first ``EVALSHA`` of every request at start-up) draws MOVED
+replies, and after five of them the client closes all its connections, those of the
+calls in flight too, which then fail with an ``AttributeError``. The storage therefore
+awaits the client's ``initialize()`` before each call (at once when the map is there).
 """
 
 from __future__ import annotations
@@ -48,27 +52,29 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 def is_cluster(client: object) -> bool:
     """Whether *client* is redis-py's asyncio cluster client, which then must be redis-py
-    8.2 or later: sharded pub/sub came in 8.0, and the cluster client of 8.0 and 8.1
-    breaks connections under concurrent calls (a ``NoneType`` write on a connection it is
-    still opening)."""
+    8.0 or later (asyncio sharded pub/sub)."""
     if not isinstance(client, RedisCluster):
         return False
     found = importlib.metadata.version("redis")
     if not cluster_client_supported(found):
         raise ConfigurationError(
-            f"a Redis Cluster needs redis-py >= 8.2 (sharded pub/sub, and a cluster client "
-            f"that survives concurrent calls); found {found}: pip install 'redis>=8.2'"
+            f"a Redis Cluster needs redis-py >= 8.0 (asyncio sharded pub/sub); found "
+            f"{found}: pip install 'redis>=8.0'"
         )
     return True
 
 
 def cluster_client_supported(version: str) -> bool:
-    """Whether redis-py *version* (``"8.2.0"``) has a cluster client the storage can use."""
+    """Whether redis-py *version* (``"8.1.0"``) has a cluster client the storage can use."""
+    return _release(version) >= (8, 0)
+
+
+def _release(version: str) -> tuple[int, ...]:
     parts = []
     for part in version.split(".")[:2]:
         digits = "".join(ch for ch in part if ch.isdigit())
         parts.append(int(digits or 0))
-    return tuple(parts) >= (8, 2)
+    return tuple(parts)
 
 
 def is_cluster_url(url: str) -> bool:

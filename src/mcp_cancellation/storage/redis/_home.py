@@ -69,7 +69,11 @@ class HomeLoop:
     tasks there); *health* hears how each call went. With *concurrency*, at most that
     many calls run at once and the others wait their turn (within the timeout): for a
     client whose pool fails fast when it is exhausted (redis-py's cluster client) this
-    gives the waiting pool of one server.
+    gives the waiting pool of one server. *prepare* is awaited before each call: the
+    cluster client's ``initialize()``, which returns at once when it has the slot map,
+    and otherwise fetches it first (redis-py 8.0 and 8.1 send a call made
+    without one to any node; a burst of MOVED replies then makes the client close
+    every connection, those of the calls in flight too).
     """
 
     def __init__(
@@ -78,9 +82,11 @@ class HomeLoop:
         on_call: Callable[[], None],
         health: Health,
         concurrency: int | None = None,
+        prepare: Callable[[], Awaitable[object]] | None = None,
     ) -> None:
         self.timeout = timeout
         self._concurrency = concurrency
+        self._prepare = prepare
         self._gate: asyncio.Semaphore | None = None
         self._on_call = on_call
         self.health = health
@@ -107,6 +113,8 @@ class HomeLoop:
         cancelling = task.cancelling() if task is not None else 0
         try:
             async with asyncio.timeout(self.timeout):
+                if self._prepare is not None:
+                    await self._prepare()
                 if self._concurrency is None:
                     result = await fn()
                 else:

@@ -125,7 +125,13 @@ class RedisStorage(Storage):
             concurrency = max_concurrency  # the cluster pool refuses one: queue it here
         else:
             subscription = ChannelSubscription(client)
-        self._home = HomeLoop(timeout, self._on_call, self._health, concurrency)
+        self._home = HomeLoop(
+            timeout,
+            self._on_call,
+            self._health,
+            concurrency,
+            prepare=client.initialize if isinstance(client, RedisCluster) else None,
+        )
         # For this long after a worker saw Redis fail (or found the table lost), Redis
         # refuses cancellations of ids it does not see in flight (503, never a 202 that
         # does nothing): a worker may not have re-sent its tracks yet. Long enough for
