@@ -137,6 +137,7 @@ class RequestContext(Owner):
             protocol_version=token.protocol_version,
             seconds=time.monotonic() - token.started,
             cancelled=token.cancelled,
+            error_type=token.error_type,
         )
 
     def _stopped(self, exc: BaseException | None) -> None:

@@ -36,7 +36,8 @@ signal                           keyword arguments
 ``request.ended``                a request's block ended (every request, cancelled or
                                  not): ``request_id``, ``scope``, ``method`` and
                                  ``protocol_version`` (or None), ``tool`` (label-safe name
-                                 or None), ``seconds`` (from its start), ``cancelled``;
+                                 or None), ``seconds`` (from its start), ``cancelled``,
+                                 ``error_type`` (the token's, or None);
                                  sent by the process that ran it, only when a receiver
                                  is connected (the bridges' ``mcp.server.operation.duration``)
 ``storage.error``                ``operation`` (one of

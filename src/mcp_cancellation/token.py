@@ -51,6 +51,7 @@ class RequestToken:
         "_outcome",
         "_reason",
         "cancelled",
+        "error_type",
         "method",
         "protocol_version",
         "request_id",
@@ -80,6 +81,10 @@ class RequestToken:
         self.started = time.monotonic()
         #: Whether a cancellation for this request has been recorded.
         self.cancelled = False
+        #: How its answer failed, as the integration that served it saw it: a JSON-RPC
+        #: error code (``"-32602"``) or ``tool_error`` (a tool result with ``isError``);
+        #: ``None`` when it succeeded or nobody looked. ``request.ended`` reports it.
+        self.error_type: str | None = None
         self._reason: str | None = None
         self._cancelled_at = 0.0
         self._observed = False

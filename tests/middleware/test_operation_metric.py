@@ -1,6 +1,7 @@
 """The standard MCP server metric, ``mcp.server.operation.duration``, from the middleware
-through both bridges: every request counted once, a cancelled call told apart by
-``error.type`` ``cancelled``, tool names and methods bounded."""
+through both bridges: every request counted once (``initialize`` too), a cancelled call
+told apart by ``error.type`` ``cancelled``, a failed one by its JSON-RPC error code or
+``tool_error``, tool names and methods bounded."""
 
 from __future__ import annotations
 
@@ -96,15 +97,36 @@ async def test_calls_are_counted_once_and_a_cancelled_call_is_told_apart(
             headers=headers,
         )
         assert made_up.status_code in (200, 400, 404)
+        initialize = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "metric-test", "version": "1"},
+        }
+        initialized = await http.post(
+            harness.url,
+            json={"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": initialize},
+            headers=headers,
+        )
+        assert "result" in final_message(initialized)
+        bad_arguments = await http.post(
+            harness.url, json=call_body("b", "echo", {}), headers=headers
+        )
+        assert final_message(bad_arguments)["result"]["isError"] is True
+        unknown = await http.post(harness.url, json=call_body("u", "nope", {}), headers=headers)
+        assert final_message(unknown)["result"]["isError"] is True
         cancelled = await start_and_cancel(harness, http, http, VERSION, VERSION)
         assert cancelled["error"]["code"] == REQUEST_CANCELLED
         await harness.wait_empty()
 
         expected = {
+            ("initialize", "", "", "2025-11-25"): 1,
             ("tools/call", "echo", "", "2025-11-25"): 2,
+            ("tools/call", "echo", "tool_error", "2025-11-25"): 1,
+            ("tools/call", "other", "tool_error", "2025-11-25"): 1,
             ("tools/call", "poll", "cancelled", "2025-11-25"): 1,
-            ("tools/list", "", "", "other"): 1,
-            ("other", "", "", "2025-11-25"): 1,
+            # The SDK answers a JSON-RPC error: its code is the error type.
+            ("tools/list", "", "-32602", "other"): 1,
+            ("other", "", "-32601", "2025-11-25"): 1,
         }
         assert prometheus_counts(collector) == expected
         assert otel_counts(reader) == expected
@@ -112,3 +134,25 @@ async def test_calls_are_counted_once_and_a_cancelled_call_is_told_apart(
         prometheus.uninstall()
         otel.uninstall()
         provider.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("error_type", "label"),
+    [
+        ("-32602", "-32602"),
+        ("tool_error", "tool_error"),
+        ("-3260200", "other"),
+        ("x" * 40, "other"),
+    ],
+)
+async def test_an_error_type_is_bounded(error_type: str, label: str) -> None:
+    """A token's ``error_type`` set by other code than the middleware cannot mint labels."""
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    collector = CollectorRegistry()
+    prometheus = PrometheusBridge(registry, collector_registry=collector).install()
+    try:
+        async with registry.request(1, "ip:192.0.2.1", method="tools/call") as token:
+            token.error_type = error_type
+        assert prometheus_counts(collector) == {("tools/call", "", label, ""): 1}
+    finally:
+        prometheus.uninstall()

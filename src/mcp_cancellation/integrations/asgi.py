@@ -4,10 +4,10 @@ Pure ASGI, placed around the SDK's ``streamable_http_app()`` or FastMCP's ``http
 For each POST on the MCP path it reads the body (up to ``max_body_bytes``), re-injects it
 byte for byte for the inner app, and:
 
-* tracks every JSON-RPC request with an id (``initialize`` aside) under the caller's scope
-  for as long as the inner app serves it, so that :func:`~mcp_cancellation.cancelled` and
-  :func:`~mcp_cancellation.raise_if_cancelled` work in tool code, and untracks and clears it
-  whatever the outcome;
+* tracks every JSON-RPC request with an id (``initialize`` aside: only counted) under the
+  caller's scope for as long as the inner app serves it, so that
+  :func:`~mcp_cancellation.cancelled` and :func:`~mcp_cancellation.raise_if_cancelled`
+  work in tool code, and untracks and clears it whatever the outcome;
 * answers ``notifications/cancelled`` (handshake protocol versions, up to 2025-11-25) by
   recording a cancellation for the id only if it is in flight in the caller's own scope;
 * treats a client disconnect (``http.disconnect`` before the response ended, or a failing
@@ -376,9 +376,16 @@ class CancellationMiddleware:
             header(scope, b"mcp-protocol-version")
         ):
             await answer_cancelled(self, scope, receive, send, body, params)
-        else:
-            if method == INITIALIZE_METHOD and self.sessions is not None:
+        elif method == INITIALIZE_METHOD:
+            if self.sessions is not None:
                 send = self.sessions.learning(send)  # a stateful server names the session
+            # Not tracked (the spec forbids cancelling it), but counted in request.ended.
+            version = header(scope, b"mcp-protocol-version")
+            async with self.registry.request(
+                None, self.caller_scope(scope), method=method, protocol_version=version
+            ):
+                await self.app(scope, replay(body, trailing, receive), send)
+        else:
             await self.app(scope, replay(body, trailing, receive), send)
         return None
 

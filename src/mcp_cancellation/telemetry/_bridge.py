@@ -111,15 +111,17 @@ class Bridge:
         protocol_version: str | None = None,
         seconds: float = 0.0,
         cancelled: bool = False,
+        error_type: str | None = None,
         **_: object,
     ) -> None:
         if not self._skips(sender):
-            labels = operation_labels(method, tool, protocol_version, cancelled)
-            self._ended(labels, seconds, cancelled)
+            labels = operation_labels(method, tool, protocol_version, cancelled, error_type)
+            self._ended(labels, seconds)
 
-    def _ended(self, labels: tuple[str, ...], seconds: float, cancelled: bool) -> None:
+    def _ended(self, labels: tuple[str, ...], seconds: float) -> None:
         """A request ended after *seconds*: *labels* are its bounded
-        ``mcp.server.operation.duration`` values (see ``_catalogue.OPERATION_LABELS``)."""
+        ``mcp.server.operation.duration`` values (see ``_catalogue.OPERATION_LABELS``;
+        the third, ``error.type``, is empty when it succeeded)."""
         raise NotImplementedError
 
     def _on_registry_collected(self) -> Callable[[], None] | None:

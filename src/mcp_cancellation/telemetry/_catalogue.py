@@ -275,8 +275,11 @@ OPERATION_LABELS: Final = (
     "network.transport",
 )
 #: The ``error.type`` of a call that was cancelled (by a notification, an operator or
-#: its client's disconnect).
+#: its client's disconnect); otherwise a failed call's is its JSON-RPC error code
+#: (``"-32602"``), or ``tool_error`` for a tool result with ``isError``, as the
+#: conventions say, and any other value ``other``.
 OPERATION_CANCELLED: Final = "cancelled"
+OPERATION_TOOL_ERROR: Final = "tool_error"
 #: The methods a client may call on an MCP server; any other is counted as ``other``, so
 #: that a client cannot mint label values.
 _METHODS: Final = frozenset(
@@ -300,20 +303,36 @@ _METHODS: Final = frozenset(
         "tasks/cancel",
     }
 )
+
+
+def _error_label(error_type: str | None) -> str:
+    if not error_type:
+        return ""
+    if error_type == OPERATION_TOOL_ERROR:
+        return error_type
+    digits = error_type.removeprefix("-")
+    return error_type if digits.isdigit() and digits.isascii() and len(digits) <= 5 else "other"
+
+
 #: The protocol versions published so far; any other is ``other``.
 _VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"})
 
 
 def operation_labels(
-    method: str | None, tool: str | None, protocol_version: str | None, cancelled: bool
+    method: str | None,
+    tool: str | None,
+    protocol_version: str | None,
+    cancelled: bool,
+    error_type: str | None = None,
 ) -> tuple[str, str, str, str, str]:
     """The label values of one operation, bounded (unknown methods and versions are
-    ``other``; the tool is already a registered name or ``other``); an absent attribute is
-    the empty string, as Prometheus shows it."""
+    ``other``; the tool is already a registered name or ``other``; an error type is
+    ``cancelled``, ``tool_error``, a JSON-RPC code of up to five digits, or ``other``); an
+    absent attribute is the empty string, as Prometheus shows it."""
     return (
         "" if method is None else method if method in _METHODS else "other",
         tool or "",
-        OPERATION_CANCELLED if cancelled else "",
+        OPERATION_CANCELLED if cancelled else _error_label(error_type),
         ""
         if protocol_version is None
         else protocol_version

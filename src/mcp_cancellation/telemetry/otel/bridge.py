@@ -18,7 +18,6 @@ from ...storage.base import Storage
 from .._bridge import Bridge, Receivers, Setups
 from .._catalogue import (
     ALL,
-    OPERATION_CANCELLED,
     OPERATION_LABELS,
     OUTCOMES,
     near_quota_rows,
@@ -218,15 +217,16 @@ class OpenTelemetryBridge(Bridge):
         if method == "operator":
             self._instruments.operator.add(1, {"scope_kind": kind})
 
-    def _ended(self, labels: tuple[str, ...], seconds: float, cancelled: bool) -> None:
+    def _ended(self, labels: tuple[str, ...], seconds: float) -> None:
         attributes = {
             name: value for name, value in zip(OPERATION_LABELS, labels, strict=True) if value
         }
         self._instruments.operations.record(seconds, attributes)
-        if cancelled:
+        error_type = labels[2]
+        if error_type:
             span = trace.get_current_span()  # the server span of the call, if one is active
             if span.is_recording():
-                span.set_attribute("error.type", OPERATION_CANCELLED)
+                span.set_attribute("error.type", error_type)
 
     def _stopped(self, kind: ScopeKind, outcome: str, seconds: float, ignoring: str | None) -> None:
         attributes = _STOP_ATTRIBUTES.get((kind, outcome))

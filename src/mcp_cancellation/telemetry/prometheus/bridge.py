@@ -301,7 +301,7 @@ class PrometheusBridge(Bridge):
         if ignoring is not None and self._ignored_total is not None:
             self._ignored_total.labels(ignoring).inc()
 
-    def _ended(self, labels: tuple[str, ...], seconds: float, cancelled: bool) -> None:
+    def _ended(self, labels: tuple[str, ...], seconds: float) -> None:
         child = self._operation_children.get(labels)
         if child is None:
             if self._operations is None:
