@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import signal
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 
 import pytest
 
@@ -26,6 +26,7 @@ from .support import (
     Registries,
     ServerLog,
     SteppedClock,
+    advance_table_clock,
     server_log_tails,
 )
 
@@ -110,8 +111,14 @@ def clock() -> SteppedClock:
 
 
 @pytest.fixture
+def made_storages() -> list[Storage]:
+    """Every storage ``make_storage`` built in this test (see :func:`age_rows`)."""
+    return []
+
+
+@pytest.fixture
 def make_storage(
-    backend: str, request: pytest.FixtureRequest, clock: SteppedClock
+    backend: str, request: pytest.FixtureRequest, clock: SteppedClock, made_storages: list[Storage]
 ) -> Callable[[], Storage]:
     """Build a fresh storage of the current backend (a new key prefix each time on Redis)."""
     if backend == "memory":
@@ -123,13 +130,35 @@ def make_storage(
         # A tiny eviction chunk: the semantic tests' batches of 3 to 5 rows then take several
         # scripts, so the whole matrix checks that a split batch keeps the exact rules.
         prefix = f"test-{uuid.uuid4().hex[:10]}"
+        storage: Storage
         if backend == "redis-partitioned":
-            return PartitionedRedisStorage.from_url(
+            storage = PartitionedRedisStorage.from_url(
                 url, partitions=3, prefix=prefix, eviction_chunk=2
             )
-        return RedisStorage.from_url(url, prefix=prefix, eviction_chunk=2)
+        else:
+            storage = RedisStorage.from_url(url, prefix=prefix, eviction_chunk=2)
+        made_storages.append(storage)
+        return storage
 
     return make
+
+
+@pytest.fixture
+def age_rows(
+    backend: str, clock: SteppedClock, made_storages: list[Storage]
+) -> Callable[[float], Awaitable[None]]:
+    """Make the rows written so far *seconds* older, on every leg without waiting: the
+    memory leg's clock moves; on Redis each table's clock (``P clock``, which the scripts
+    never let fall behind) is set *seconds* ahead of the server's."""
+
+    async def older(seconds: float) -> None:
+        if backend == "memory":
+            clock.advance(seconds)
+            return
+        for storage in made_storages:
+            await advance_table_clock(storage, seconds)
+
+    return older
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, cast
 
 import pytest
 import uvicorn
@@ -63,8 +63,8 @@ LOG_TAIL_LINES = 80
 
 class SteppedClock:
     """``time.monotonic()`` plus what a test advanced it by: the memory storage's clock in
-    the backend matrix, so that a test ages rows without waiting (Redis ages rows by its
-    own clock, which a test cannot move: there a test waits)."""
+    the backend matrix, so that a test ages rows without waiting (a Redis table's clock
+    is moved by :func:`advance_table_clock`)."""
 
     def __init__(self) -> None:
         self.offset = 0.0
@@ -74,6 +74,20 @@ class SteppedClock:
 
     def advance(self, seconds: float) -> None:
         self.offset += seconds
+
+
+async def advance_table_clock(storage: Storage, seconds: float) -> None:
+    """Move the clock of a Redis *storage*'s table (of each partition's) *seconds* ahead:
+    its scripts never let their time fall behind ``P clock``, so the rows written so far
+    are *seconds* older to the TTL sweep, and later rows are written at the new time."""
+    from mcp_cancellation.storage.redis import RedisStorage
+
+    for table in cast(Any, storage).partitions if hasattr(storage, "partitions") else [storage]:
+        assert isinstance(table, RedisStorage)
+        key = table.key("clock")
+        last = int(await table.client.get(key) or 0)
+        now = max(last, time.time_ns() // 1000)  # the server's clock: this machine's
+        await table.client.set(key, str(now + int(seconds * 1_000_000)))
 
 
 class ServerLog:

@@ -13,29 +13,21 @@ import pytest
 
 from mcp_cancellation import CancellationRegistry, CleanupResult, ConfigurationError, MemoryStorage
 
-from ..support import SteppedClock
 from ._util import MakeRegistry, in_flight, rows
 
 # Rows are "old" after OLD seconds and the TTL is half of that, so a slow machine cannot
-# turn a new row into an expired one. The memory leg's clock is moved; Redis ages rows by
-# its own clock, so there the test waits.
-OLD = 0.6
+# turn a new row into an expired one. The rows are aged by moving the storage's clock (the
+# memory leg's) or its table's (Redis), never by waiting.
+OLD = 60.0
 TTL = OLD / 2
 
 Age = Callable[[float], Awaitable[None]]
 
 
 @pytest.fixture
-def age(backend: str, clock: SteppedClock) -> Age:
+def age(age_rows: Age) -> Age:
     """Make the rows written so far *seconds* older."""
-
-    async def older(seconds: float) -> None:
-        if backend == "memory":
-            clock.advance(seconds)
-        else:
-            await asyncio.sleep(seconds)
-
-    return older
+    return age_rows
 
 
 async def test_cleanup_on_an_empty_registry(registry: CancellationRegistry) -> None:

@@ -20,7 +20,7 @@ if ARGV[3] ~= '' then
   -- delete. Scopes all of whose rows expired (a flood's one-row scopes, typically) are
   -- deleted in bulk; the others lose their oldest rows and are re-filed, with the level
   -- and count updates of all of them grouped into bulk commands.
-  local deadline = string.format('%.0f', now_us() - tonumber(ARGV[3]))
+  local deadline = string.format('%.0f', table_now() - tonumber(ARGV[3]))
   local limit = tonumber(ARGV[4])
   local expired = redis.call('ZRANGEBYSCORE', AGES, '-inf', '(' .. deadline, 'LIMIT', 0, limit)
   if #expired >= limit then more = 1 end

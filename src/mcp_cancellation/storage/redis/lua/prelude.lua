@@ -217,6 +217,14 @@ local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+-- The table's clock: the server's, but never behind the last age it gave (a failover to
+-- a node whose clock is behind, or a test that moves `P clock` on to age the rows).
+local function table_now()
+  local now = now_us()
+  local last = tonumber(redis.call('GET', P .. 'clock') or 0)
+  if now < last then now = last end
+  return now
+end
 local function next_age()
   local now = now_us()
   local last = tonumber(redis.call('GET', P .. 'clock') or 0)
