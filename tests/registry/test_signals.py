@@ -4,6 +4,7 @@ not sent at all when nobody listens."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -156,7 +157,9 @@ async def test_cancellation_evicted_batch(make_registry: MakeRegistry) -> None:
     ]
 
 
-async def test_cancellation_cleanup(registry: CancellationRegistry) -> None:
+async def test_cancellation_cleanup(
+    registry: CancellationRegistry, age_rows: Callable[[float], Awaitable[None]]
+) -> None:
     async def abandon() -> None:
         await registry.track(1, scope="s")
 
@@ -164,8 +167,8 @@ async def test_cancellation_cleanup(registry: CancellationRegistry) -> None:
     await registry.cancel(2, scope="s")
     with receiving(cancellation_cleanup) as got:
         await registry.cleanup(ttl=3600)
-        await asyncio.sleep(0.3)
-        await registry.cleanup(ttl=0.1)
+        await age_rows(60)
+        await registry.cleanup(ttl=30)
     assert [sender for sender, _ in got.calls] == [registry, registry]
     first, second = got.kwargs
     assert set(first) == {"removed", "in_flight_removed", "duration", "start_time_ns"}
