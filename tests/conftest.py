@@ -21,17 +21,16 @@ from mcp_cancellation.storage import Storage
 
 from .support import (
     BACKENDS,
+    MakeRegistry,
     RedisClusterServers,
     RedisServer,
     Registries,
     ServerLog,
     SteppedClock,
     advance_table_clock,
+    redis_url,
     server_log_tails,
 )
-
-MakeRegistry = Callable[..., CancellationRegistry]
-
 
 #: The SIGTERM handler in place before the suite's (restored when pytest ends).
 _SIGTERM_HANDLER = pytest.StashKey["signal._HANDLER"]()
@@ -93,15 +92,6 @@ def redis_cluster() -> Iterator[RedisClusterServers]:
 def backend(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     return name
-
-
-def redis_url(backend: str, request: pytest.FixtureRequest) -> str:
-    """The URL of the session's server of a Redis *backend* (``redis``, ``redis-cluster``)."""
-    if backend in ("redis-cluster", "redis-partitioned"):
-        cluster: RedisClusterServers = request.getfixturevalue("redis_cluster")
-        return cluster.url
-    server: RedisServer = request.getfixturevalue("redis_server")
-    return server.url
 
 
 @pytest.fixture

@@ -34,13 +34,15 @@ BACKENDS = [
     pytest.param("redis-partitioned", marks=[pytest.mark.redis, pytest.mark.cluster]),
 ]
 #: The legs with one table, whose cap evicts across every scope (a partitioned table
-#: applies its share of the cap in each partition: tests/redis/test_partitioned.py).
+#: applies its share of the cap in each partition: tests/storage/redis/test_partitioned.py).
 ONE_TABLE = [leg for leg in BACKENDS if getattr(leg, "values", (leg,))[0] != "redis-partitioned"]
 #: Runs a test on the one-table legs only.
 one_table = pytest.mark.parametrize("backend", ONE_TABLE)
 
 
 __all__ = [
+    "MakeRegistry",
+    "redis_url",
     "SteppedClock",
     "BACKENDS",
     "ONE_TABLE",
@@ -59,6 +61,20 @@ __all__ = [
 KEEP_ALIVE = 30
 #: How much of each server log a failed test shows.
 LOG_TAIL_LINES = 80
+
+
+#: ``make_registry``: builds registries on the test's backend (keyword arguments go to
+#: :class:`CancellationRegistry`); each is closed after the test.
+MakeRegistry = Callable[..., CancellationRegistry]
+
+
+def redis_url(backend: str, request: pytest.FixtureRequest) -> str:
+    """The URL of the session's server of a Redis *backend* (``redis``, ``redis-cluster``)."""
+    if backend in ("redis-cluster", "redis-partitioned"):
+        cluster: RedisClusterServers = request.getfixturevalue("redis_cluster")
+        return cluster.url
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
 
 
 class SteppedClock:

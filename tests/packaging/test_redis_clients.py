@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import redis_url
+from ..support import redis_url
 
 pytestmark = pytest.mark.redis
 

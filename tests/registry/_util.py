@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from blinker import Signal
 
 from mcp_cancellation import CancellationRegistry
-
-MakeRegistry = Callable[..., CancellationRegistry]
 
 
 async def rows(registry: CancellationRegistry) -> dict[str, int]:

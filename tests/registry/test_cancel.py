@@ -20,8 +20,8 @@ from mcp_cancellation import (
 )
 from mcp_cancellation.scope import PRINCIPAL_KEY
 
-from ..support import RedisServer
-from ._util import MakeRegistry, in_flight, rows
+from ..support import MakeRegistry, RedisServer
+from ._util import in_flight, rows
 
 
 def _http(client: str, **extra: Any) -> dict[str, Any]:

@@ -13,7 +13,8 @@ import pytest
 
 from mcp_cancellation import CancellationRegistry, CleanupResult, ConfigurationError, MemoryStorage
 
-from ._util import MakeRegistry, in_flight, rows
+from ..support import MakeRegistry
+from ._util import in_flight, rows
 
 # Rows are "old" after OLD seconds and the TTL is half of that, so a slow machine cannot
 # turn a new row into an expired one. The rows are aged by moving the storage's clock (the

@@ -11,8 +11,8 @@ import pytest
 from mcp_cancellation import CancellationRegistry, MemoryStorage, StorageUnavailable
 from mcp_cancellation.signals import cancellation_cleanup
 
-from ..support import async_wait_until
-from ._util import MakeRegistry, receiving, rows
+from ..support import MakeRegistry, async_wait_until
+from ._util import receiving, rows
 
 INTERVAL = 0.05
 

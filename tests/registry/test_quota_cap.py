@@ -11,8 +11,8 @@ from mcp_cancellation import CancellationLimitReached, CancellationRegistry
 from mcp_cancellation.signals import cancellation_evicted, cancellation_rejected
 from mcp_cancellation.storage.base import Limits
 
-from ..support import one_table
-from ._util import MakeRegistry, receiving, rows
+from ..support import MakeRegistry, one_table
+from ._util import receiving, rows
 
 
 async def _fill(registry: CancellationRegistry, scope: str, ids: range) -> None:

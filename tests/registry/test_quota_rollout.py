@@ -10,8 +10,8 @@ from mcp_cancellation import CancellationLimitReached, CancellationRegistry, Con
 from mcp_cancellation.signals import cancellation_evicted, cancellation_rejected, request_cancelled
 from mcp_cancellation.telemetry._catalogue import near_quota_rows
 
-from ..support import one_table
-from ._util import MakeRegistry, receiving, rows
+from ..support import MakeRegistry, one_table
+from ._util import receiving, rows
 
 
 async def _fill(registry: CancellationRegistry, scope: str, count: int, start: int = 0) -> None:

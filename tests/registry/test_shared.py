@@ -17,8 +17,7 @@ from mcp_cancellation import (
 )
 from mcp_cancellation.storage import Storage
 
-from ..conftest import redis_url
-from ..support import async_wait_until
+from ..support import async_wait_until, redis_url
 from ._util import rows
 
 Pair = tuple[CancellationRegistry, CancellationRegistry]

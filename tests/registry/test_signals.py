@@ -24,8 +24,8 @@ from mcp_cancellation.signals import (
     request_cancelled,
 )
 
-from ..support import one_table
-from ._util import MakeRegistry, receiving
+from ..support import MakeRegistry, one_table
+from ._util import receiving
 
 ALL = [
     request_cancelled,

@@ -15,7 +15,7 @@ import pytest
 
 from mcp_cancellation import CancellationLimitReached, CancellationRegistry, MemoryStorage
 
-from ._util import MakeRegistry
+from ..support import MakeRegistry
 
 THREADS = 8
 OPERATIONS = 10_000

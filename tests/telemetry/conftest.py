@@ -22,7 +22,7 @@ from mcp_cancellation.storage import Storage
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 
-from ..conftest import MakeRegistry
+from ..support import MakeRegistry
 from ._otlp import Receiver
 
 

@@ -25,7 +25,7 @@ from mcp_cancellation import (
 from mcp_cancellation.scope import ScopeLabeler
 from mcp_cancellation.telemetry import otel
 
-from ..conftest import MakeRegistry
+from ..support import MakeRegistry
 from ._util import SESSION_ID
 
 SESSION = f"session:{SESSION_ID}"

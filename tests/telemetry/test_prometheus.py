@@ -26,9 +26,8 @@ from mcp_cancellation.scope import DEFAULT_HASH_KEY, HASH_KEY_ENV, SCOPE_KINDS
 from mcp_cancellation.telemetry.prometheus import METRIC_NAMES, PrometheusBridge, metrics_app
 from mcp_cancellation.telemetry.prometheus.catalogue import SERIES
 
-from ..conftest import MakeRegistry
 from ..registry._util import receiving
-from ..support import UvicornThread, env
+from ..support import MakeRegistry, UvicornThread, env
 from ._util import SESSION_ID, samples, series, value
 
 P = "mcp_cancellation_"

@@ -45,8 +45,9 @@ unambiguous for any bytes since the scope's byte length comes first):
 Ages are microseconds of the Redis server's clock (``TIME``), made strictly increasing
 through ``P clock`` so rows keep their insertion order exactly as the memory storage does,
 whatever the workers' clocks say; the TTL sweep reads the same clock (never behind
-``P clock``, as after a failover to a node whose clock is behind). Eviction picks the largest scope from ``P scopes``, then
-the scope of that size whose oldest row is oldest from ``P l:<n>``: each step costs
+``P clock``, as after a failover to a node whose clock is behind). Eviction picks the
+largest scope from ``P scopes``, then the scope of that size whose oldest row is oldest
+from ``P l:<n>``: each step costs
 O(log n) and touches only the rows it evicts, never a scan of every row. Scopes that go
 whole are deleted in bulk: those of the largest size come off the front of ``P l:<n>``
 (one read of each victim's rows, then one command per 1 000 deletes), and when only

@@ -1,0 +1,158 @@
+"""The standard MCP server metric, ``mcp.server.operation.duration``, from the middleware
+through both bridges: every request counted once (``initialize`` too), a cancelled call
+told apart by ``error.type`` ``cancelled``, a failed one by its JSON-RPC error code or
+``tool_error``, tool names and methods bounded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
+from prometheus_client import CollectorRegistry
+
+from mcp_cancellation import REQUEST_CANCELLED, CancellationRegistry, MemoryStorage
+from mcp_cancellation.telemetry.otel import OpenTelemetryBridge
+from mcp_cancellation.telemetry.prometheus import PrometheusBridge
+
+from ._helpers import SSE_AND_JSON, Serve, call_body, final_message, start_and_cancel
+
+pytestmark = pytest.mark.e2e
+
+VERSION = {"mcp-protocol-version": "2025-11-25"}
+
+
+def prometheus_counts(collector: CollectorRegistry) -> dict[tuple[str, str, str, str], float]:
+    """``_count`` of the histogram by (method, tool, error type, protocol version)."""
+    counts: dict[tuple[str, str, str, str], float] = {}
+    for family in collector.collect():
+        for sample in family.samples:
+            if sample.name == "mcp_server_operation_duration_seconds_count":
+                labels = sample.labels
+                assert labels["network_transport"] == "tcp"
+                key = (
+                    labels["mcp_method_name"],
+                    labels["gen_ai_tool_name"],
+                    labels["error_type"],
+                    labels["mcp_protocol_version"],
+                )
+                counts[key] = sample.value
+    return counts
+
+
+def otel_counts(reader: InMemoryMetricReader) -> dict[tuple[str, str, str, str], int]:
+    counts: dict[tuple[str, str, str, str], int] = {}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name != "mcp.server.operation.duration":
+                    continue
+                assert metric.unit == "s"
+                for point in metric.data.data_points:
+                    assert isinstance(point, HistogramDataPoint)
+                    attributes: dict[str, Any] = dict(point.attributes or {})
+                    assert attributes.pop("network.transport") == "tcp"
+                    key = (
+                        str(attributes.get("mcp.method.name", "")),
+                        str(attributes.get("gen_ai.tool.name", "")),
+                        str(attributes.get("error.type", "")),
+                        str(attributes.get("mcp.protocol.version", "")),
+                    )
+                    counts[key] = point.count
+                    assert list(point.explicit_bounds)[:3] == [0.01, 0.02, 0.05]
+    return counts
+
+
+@pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
+async def test_calls_are_counted_once_and_a_cancelled_call_is_told_apart(
+    serve: Serve, http: httpx.AsyncClient, json_response: bool
+) -> None:
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    collector = CollectorRegistry()
+    prometheus = PrometheusBridge(registry, collector_registry=collector).install()
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    otel = OpenTelemetryBridge(registry, meter_provider=provider).install()
+    try:
+        harness = serve(json_response=json_response, registry=registry, tools=["echo", "poll"])
+        headers = {**SSE_AND_JSON, **VERSION}
+        for n in range(2):
+            answer = await http.post(
+                harness.url, json=call_body(f"e{n}", "echo", {"text": "hi"}), headers=headers
+            )
+            assert final_message(answer)["result"]["isError"] is False
+        listed = await http.post(
+            harness.url,
+            json={"jsonrpc": "2.0", "id": "l", "method": "tools/list"},
+            headers={**SSE_AND_JSON, "mcp-protocol-version": "1999-01-01"},
+        )
+        assert listed.status_code in (200, 400)
+        made_up = await http.post(
+            harness.url,
+            json={"jsonrpc": "2.0", "id": "x", "method": "made/up", "params": {}},
+            headers=headers,
+        )
+        assert made_up.status_code in (200, 400, 404)
+        initialize = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "metric-test", "version": "1"},
+        }
+        initialized = await http.post(
+            harness.url,
+            json={"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": initialize},
+            headers=headers,
+        )
+        assert "result" in final_message(initialized)
+        bad_arguments = await http.post(
+            harness.url, json=call_body("b", "echo", {}), headers=headers
+        )
+        assert final_message(bad_arguments)["result"]["isError"] is True
+        unknown = await http.post(harness.url, json=call_body("u", "nope", {}), headers=headers)
+        assert final_message(unknown)["result"]["isError"] is True
+        cancelled = await start_and_cancel(harness, http, http, VERSION, VERSION)
+        assert cancelled["error"]["code"] == REQUEST_CANCELLED
+        await harness.wait_empty()
+
+        expected = {
+            ("initialize", "", "", "2025-11-25"): 1,
+            ("tools/call", "echo", "", "2025-11-25"): 2,
+            ("tools/call", "echo", "tool_error", "2025-11-25"): 1,
+            ("tools/call", "other", "tool_error", "2025-11-25"): 1,
+            ("tools/call", "poll", "cancelled", "2025-11-25"): 1,
+            # The SDK answers a JSON-RPC error: its code is the error type.
+            ("tools/list", "", "-32602", "other"): 1,
+            ("other", "", "-32601", "2025-11-25"): 1,
+        }
+        assert prometheus_counts(collector) == expected
+        assert otel_counts(reader) == expected
+    finally:
+        prometheus.uninstall()
+        otel.uninstall()
+        provider.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("error_type", "label"),
+    [
+        ("-32602", "-32602"),
+        ("tool_error", "tool_error"),
+        ("-3260200", "other"),
+        ("x" * 40, "other"),
+    ],
+)
+async def test_an_error_type_is_bounded(error_type: str, label: str) -> None:
+    """A token's ``error_type`` set by other code than the middleware cannot mint labels."""
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    collector = CollectorRegistry()
+    prometheus = PrometheusBridge(registry, collector_registry=collector).install()
+    try:
+        async with registry.request(1, "ip:192.0.2.1", method="tools/call") as token:
+            token.error_type = error_type
+        assert prometheus_counts(collector) == {("tools/call", "", label, ""): 1}
+    finally:
+        prometheus.uninstall()
