@@ -116,6 +116,26 @@ class _ProgressBar:
         self.stream.flush()
 
 
+_DEFAULT = " (default %(default)s)"
+#: The simulation's options: its config's fields, their types and what they mean.
+_OPTIONS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
+    ("duration", float, "seconds"),
+    ("max_requests", int, "HTTP request budget"),
+    ("clients", int, "well-behaved clients"),
+    ("call_seconds", int, "slow_count length"),
+    ("flood_rate", float, "flood notifications/s"),
+    ("flood_addresses", int, "flood sources"),
+    ("flood_invalid_share", float, "share of flood notifications with an invalid id, rejected"),
+    ("hogs", int, "scopes that sit at their quota"),
+    ("hog_calls", int, "calls each hog keeps in flight (0: 1.5 x the server's quota)"),
+    ("hog_tool", str, "a tool that ignores cancellation polls"),
+    ("hog_call_seconds", float, "its length"),
+    ("ignorers", int, "clients calling a tool that ignores cancellation, and cancelling it"),
+    ("ignorer_tool", str, "the tool they call"),
+    ("ignorer_call_seconds", float, "its length"),
+)
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``simulate`` on the ``mcp-cancellation`` command."""
     defaults = SimulationConfig(url="http://127.0.0.1:8000/mcp")
@@ -131,73 +151,9 @@ def add_parser(subparsers: Any) -> None:
     )
     arg = parser.add_argument
     arg("--url", required=True, help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
-    arg("--duration", type=float, default=defaults.duration, help="seconds (default %(default)s)")
-    arg(
-        "--max-requests",
-        type=int,
-        default=defaults.max_requests,
-        help="HTTP request budget (default %(default)s)",
-    )
-    arg(
-        "--clients",
-        type=int,
-        default=defaults.clients,
-        help="well-behaved clients (default %(default)s)",
-    )
-    arg(
-        "--call-seconds",
-        type=int,
-        default=defaults.call_seconds,
-        help="slow_count length (default %(default)s)",
-    )
-    arg(
-        "--flood-rate",
-        type=float,
-        default=defaults.flood_rate,
-        help="flood notifications/s (default %(default)s)",
-    )
-    arg(
-        "--flood-addresses",
-        type=int,
-        default=defaults.flood_addresses,
-        help="flood sources (default %(default)s)",
-    )
-    invalid = "share of flood notifications with an invalid id, rejected (default %(default)s)"
-    arg("--flood-invalid-share", type=float, default=defaults.flood_invalid_share, help=invalid)
-    arg(
-        "--hogs",
-        type=int,
-        default=defaults.hogs,
-        help="scopes that sit at their quota (default %(default)s)",
-    )
-    hog_calls = "calls each hog keeps in flight (default: 1.5 x the server's quota, from /metrics)"
-    arg("--hog-calls", type=int, default=defaults.hog_calls, help=hog_calls)
-    arg(
-        "--hog-tool",
-        default=defaults.hog_tool,
-        help="a tool that ignores cancellation polls (default %(default)s)",
-    )
-    arg(
-        "--hog-call-seconds",
-        type=float,
-        default=defaults.hog_call_seconds,
-        help="its length (default %(default)s)",
-    )
-    ignorers = (
-        "clients calling a tool that ignores cancellation, and cancelling it (default %(default)s)"
-    )
-    arg("--ignorers", type=int, default=defaults.ignorers, help=ignorers)
-    arg(
-        "--ignorer-tool",
-        default=defaults.ignorer_tool,
-        help="the tool they call (default %(default)s)",
-    )
-    arg(
-        "--ignorer-call-seconds",
-        type=float,
-        default=defaults.ignorer_call_seconds,
-        help="its length (default %(default)s)",
-    )
+    for field, kind, text in _OPTIONS:
+        flag = "--" + field.replace("_", "-")
+        arg(flag, type=kind, default=getattr(defaults, field), help=text + _DEFAULT)
     arg("--seed", type=int, default=None, help="random seed, for repeatable runs")
     arg("--json", action="store_true", help="print the final counts as JSON on stdout")
     arg("--no-progress", action="store_true", help="no progress bar")
@@ -207,24 +163,8 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the simulation from parsed arguments; 0 when the server answered throughout."""
     try:
-        config = SimulationConfig(
-            url=args.url,
-            duration=args.duration,
-            max_requests=args.max_requests,
-            clients=args.clients,
-            call_seconds=args.call_seconds,
-            flood_rate=args.flood_rate,
-            flood_addresses=args.flood_addresses,
-            flood_invalid_share=args.flood_invalid_share,
-            hogs=args.hogs,
-            hog_calls=args.hog_calls,
-            hog_tool=args.hog_tool,
-            hog_call_seconds=args.hog_call_seconds,
-            ignorers=args.ignorers,
-            ignorer_tool=args.ignorer_tool,
-            ignorer_call_seconds=args.ignorer_call_seconds,
-            seed=args.seed,
-        )
+        options = {field: getattr(args, field) for field, _, _ in _OPTIONS}
+        config = SimulationConfig(url=args.url, seed=args.seed, **options)
     except ValueError as exc:
         print(f"mcp-cancellation simulate: {exc}", file=sys.stderr)
         return 2
