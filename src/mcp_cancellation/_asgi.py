@@ -20,6 +20,7 @@ __all__ = [
     "route_path",
     "send_response",
     "serve_lifespan",
+    "served_unless_http",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -58,6 +59,16 @@ async def send_response(
     await send(
         {"type": "http.response.body", "body": body if send_body else b"", "more_body": False}
     )
+
+
+async def served_unless_http(scope: Scope, receive: Receive, send: Send) -> bool:
+    """For an app that only answers HTTP and has nothing to start or stop: serve a
+    lifespan scope (see :func:`serve_lifespan`), ignore any other that is not HTTP, and
+    say whether the scope was handled here (``False``: an HTTP request for the app)."""
+    kind: str = scope["type"]
+    if kind == "lifespan":
+        await serve_lifespan(receive, send)
+    return kind != "http"
 
 
 async def serve_lifespan(receive: Receive, send: Send) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._asgi import Receive, Scope, Send, header, send_response, serve_lifespan
+from ._asgi import Receive, Scope, Send, header, send_response, served_unless_http
 from .errors import CancellationError, ConfigurationError, StorageUnavailable
 from .scope import ScopeLabeler, scope_kind
 
@@ -178,10 +178,7 @@ class AdminApp:
         self._hash_key = hash_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
-            return
-        if scope["type"] != "http":
+        if await served_unless_http(scope, receive, send):
             return
         if not self._authorized(scope):
             await _json(send, 401, {"error": "a valid bearer token is required"}, bearer=True)

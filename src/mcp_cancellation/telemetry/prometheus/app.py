@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..._asgi import Receive, Scope, Send, header, send_response, serve_lifespan
+from ..._asgi import Receive, Scope, Send, header, send_response, served_unless_http
 from ..._extras import requires
 from ...scope import resolve_key
 from .._bridge import Setups
@@ -32,10 +32,7 @@ class MetricsApp:
         self.bridge = bridge
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await serve_lifespan(receive, send)
-            return
-        if scope["type"] != "http":
+        if await served_unless_http(scope, receive, send):
             return
         method = scope.get("method", "GET")
         if method not in ("GET", "HEAD"):
