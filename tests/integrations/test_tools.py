@@ -107,12 +107,13 @@ async def test_sdk_sync_tool_with_cancellable(start: Start, json_response: bool)
     }
 
 
-async def test_sdk_server_middleware_without_decorator(start: Start) -> None:
+def _server_middleware_app(log: ToolLog, log_level: Any) -> Any:
+    """An MCPServer with :class:`CancellationServerMiddleware` and two undecorated tools:
+    ``undecorated`` raises RequestCancelled once cancelled, ``failing`` a ValueError."""
     from mcp.server.mcpserver import MCPServer
 
-    log = ToolLog()
     server = MCPServer(
-        "server-middleware", log_level="CRITICAL", middleware=[CancellationServerMiddleware()]
+        "server-middleware", log_level=log_level, middleware=[CancellationServerMiddleware()]
     )
 
     @server.tool()
@@ -126,7 +127,12 @@ async def test_sdk_server_middleware_without_decorator(start: Start) -> None:
     async def failing(seconds: float) -> str:
         raise ValueError("an ordinary failure stays an error result")
 
-    url = start(server.streamable_http_app(stateless_http=True, json_response=True))
+    return server.streamable_http_app(stateless_http=True, json_response=True)
+
+
+async def test_sdk_server_middleware_without_decorator(start: Start) -> None:
+    log = ToolLog()
+    url = start(_server_middleware_app(log, "CRITICAL"))
     answer = await call_and_cancel(url, log, "undecorated")
     assert answer["error"]["code"] == REQUEST_CANCELLED
     async with httpx.AsyncClient(timeout=20) as http:
@@ -142,24 +148,9 @@ async def test_sdk_server_middleware_keeps_a_cancelled_tool_out_of_the_error_log
     """Without the decorator the SDK logs a tool that raised RequestCancelled as an
     unexpected exception, with its traceback (124 lines through its rich handler); the
     server middleware drops that record. An ordinary failure is still logged."""
-    from mcp.server.mcpserver import MCPServer
-
     caplog.set_level(logging.INFO, "mcp.server.mcpserver")
     log = ToolLog()
-    server = MCPServer("quiet", log_level="INFO", middleware=[CancellationServerMiddleware()])
-
-    @server.tool()
-    async def undecorated(seconds: float) -> str:
-        log.mark("t", "started")
-        while not cancelled():  # noqa: ASYNC110 - the flag is flipped by another request
-            await anyio.sleep(0.02)
-        raise RequestCancelled("stop")
-
-    @server.tool()
-    async def failing(seconds: float) -> str:
-        raise ValueError("an ordinary failure")
-
-    url = start(server.streamable_http_app(stateless_http=True, json_response=True))
+    url = start(_server_middleware_app(log, "INFO"))
     answer = await call_and_cancel(url, log, "undecorated")
     assert answer["error"]["code"] == REQUEST_CANCELLED
     assert [r for r in caplog.records if "undecorated" in r.getMessage()] == []

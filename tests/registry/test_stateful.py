@@ -306,16 +306,18 @@ class RegistryMachine(RuleBasedStateMachine):
         self.loop.close()
 
 
-def test_registry_matches_the_reference_model() -> None:
-    run_state_machine_as_test(
-        RegistryMachine,
-        settings=settings(
-            max_examples=60,
-            stateful_step_count=40,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
+def _runs(examples: int, steps: int) -> settings:
+    """Hypothesis settings of a run: no deadline (servers and threads take their time)."""
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
     )
+
+
+def test_registry_matches_the_reference_model() -> None:
+    run_state_machine_as_test(RegistryMachine, settings=_runs(examples=60, steps=40))
 
 
 @pytest.mark.redis
@@ -332,12 +334,4 @@ def test_registry_matches_the_reference_model_on_redis(redis_server: RedisServer
         storage_factory = staticmethod(redis_storage)
         controlled_clock = False
 
-    run_state_machine_as_test(
-        OnRedis,
-        settings=settings(
-            max_examples=25,
-            stateful_step_count=30,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
-    )
+    run_state_machine_as_test(OnRedis, settings=_runs(examples=25, steps=30))
