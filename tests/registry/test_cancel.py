@@ -20,7 +20,7 @@ from mcp_cancellation import (
 )
 from mcp_cancellation.scope import PRINCIPAL_KEY
 
-from ..support import MakeRegistry, RedisServer
+from ..support import MakeRegistry, RedisServer, async_wait_until
 from ._util import in_flight, rows
 
 
@@ -212,6 +212,20 @@ async def test_track_of_an_already_cancelled_id_starts_cancelled(
     assert token.cancelled
     assert token.reason == "early"
     await registry.untrack(3, scope="s")
+
+
+async def test_a_request_started_after_its_id_was_found_not_in_flight_is_not_cancelled(
+    registry: CancellationRegistry,
+) -> None:
+    """The caller was told the id is not in flight; a request of that id started after
+    that (an id reused at once) is a new one, on every backend (on Redis, the miss a
+    refused cancellation leaves for a track still on its way is not for it)."""
+    assert not await registry.cancel_in_flight(5, "too early", scope="s")
+    async with registry.request(5, scope="s") as token:
+        await async_wait_until(lambda: registry.in_flight(5, scope="s"))  # its track landed
+        assert await in_flight(registry) == {"s": 1}
+        assert not token.cancelled
+    assert not await registry.is_cancelled(5, scope="s")
 
 
 async def test_token_is_readable_from_a_worker_thread(registry: CancellationRegistry) -> None:

@@ -47,16 +47,40 @@ BATCH = 256
 RunScript = Callable[..., Awaitable[Any]]
 
 
+class _Reply:
+    """A ``SYNC`` reply, indexable as the script returned it, with :attr:`reasons`: one
+    per ``T``, a cancellation the track claimed or ``None``."""
+
+    __slots__ = ("_reply", "reasons")
+
+    def __init__(self, reply: list[Any], round_trip: float) -> None:
+        self._reply = reply
+        # {µs after the miss, reason}: the request's start as Redis saw it came after a
+        # cancellation that found it not in flight; the track was in transit for at most
+        # this call's round trip, so a start within it may have preceded the miss: claim
+        # it (losing no cancellation), and leave any later one alone.
+        limit = round_trip * 1_000_000
+        self.reasons = [
+            (v[1] if int(v[0]) <= limit else None) if isinstance(v, list) else v
+            for v in reply[3:-1]
+        ]
+
+    def __getitem__(self, index: int) -> Any:
+        return self._reply[index]
+
+
 class _Write:
     """One queued write: ``T`` track, ``U`` untrack, ``R`` release (a dead owner's: the
     row goes if no owner is left), ``F`` finish (untrack and clear)."""
 
-    __slots__ = ("done", "op", "queued_at", "row", "token")
+    __slots__ = ("done", "floor", "op", "queued_at", "row", "token")
 
     def __init__(self, op: str, row: Row, token: RequestToken | None = None) -> None:
         self.op = op
         self.row = row
         self.token = token
+        #: For a track: the latest Redis time (µs) this worker knew when it started.
+        self.floor = 0
         #: Set when Redis took the write, or when its waiter stops waiting.
         self.done: asyncio.Future[None] | None = None
         self.queued_at = 0.0
@@ -109,6 +133,7 @@ class Journal:
         self._beat = False
         #: The table's epoch as this worker last synchronised with it ('' before).
         self.epoch = ""
+        self._seen = 0  # the latest Redis time (µs) a reply told this worker
 
     # -- the token table ---------------------------------------------------------------
 
@@ -139,6 +164,11 @@ class Journal:
             self._put(_Write("R", row))
         return rows
 
+    def saw(self, redis_us: int) -> None:
+        """Redis's clock read *redis_us* (µs) before now: a cancellation that missed its
+        request then cannot claim a request this worker starts from now on."""
+        self._seen = max(self._seen, redis_us)
+
     # -- writes --------------------------------------------------------------------------
 
     async def track(self, row: Row, token: RequestToken) -> None:
@@ -147,6 +177,7 @@ class Journal:
             self._tokens.add(*row, token)
             self._unsent.add(row)
         write = _Write("T", row, token)
+        write.floor = self._seen
         self._put(write)
         try:
             await self._wait(write)
@@ -300,7 +331,7 @@ class Journal:
         op = "heartbeat" if not batch else "track" if batch[0].op == "T" else "finish"
         reply = await self._send(batch, full=False, operation=op)
         del self._queue[: len(batch)]
-        reasons = iter(reply[3:-1])
+        reasons = iter(reply.reasons)
         with self._lock:
             self._unsent.difference_update(w.row for w in batch if w.op == "T")
         for write in batch:
@@ -337,7 +368,7 @@ class Journal:
         with self._lock:
             self._unsent.difference_update((s, k, o) for s, k, o, _ in snapshot)
         flipped = 0
-        for (_, _, _, token), value in zip(snapshot, reply[3:-1], strict=True):
+        for (_, _, _, token), value in zip(snapshot, reply.reasons, strict=True):
             if value is not None and not token.cancelled:
                 token._cancel(decode_reason(value))
                 flipped += 1
@@ -370,14 +401,16 @@ class Journal:
             scope, key, owner = write.row
             op = write.op
             token = write.token
-            if token is not None:  # 'T<ms>[:<tool>]': started <ms> ago, calling <tool>
+            if token is not None:  # 'T<us>[,<floor>][:<tool>]' (see sync.lua)
                 # (its start lets Redis tell whether a cancellation that found it not in
                 # flight came after it started)
-                op += str(max(0, int(1000 * (now - token.started))))
+                op += str(max(0, int(1_000_000 * (now - token.started))))
+                if write.floor:
+                    op += f",{write.floor}"
                 if token.tool:
                     op += ":" + token.tool
             args += [op, to_bytes(scope), to_bytes(key), to_bytes(owner)]
         reply = await self._home.call(lambda: self._run_script("SYNC", *args), operation)
         if not self.epoch:
             self.epoch = text(reply[0])
-        return reply
+        return _Reply(reply, time.monotonic() - now)

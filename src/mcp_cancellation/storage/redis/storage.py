@@ -283,6 +283,8 @@ class RedisStorage(Storage):
                 "1" if self._recovering() else "0",
             )
             outcome = text(reply[0])
+            if outcome == "not_in_flight":  # its requests from now on were not meant
+                self._journal.saw(int(reply[7]))
             if int(reply[6]):  # this worker's view of the table is old
                 self._home.soon(self._journal.want_resync)
             collect_evicted(evicted, reply)

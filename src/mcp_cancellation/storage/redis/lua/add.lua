@@ -8,7 +8,9 @@
 -- A row is bound to the owners in flight (each gets its mark in P f:<m>), or pending
 -- ('*' before its reason) when none is: see track() in the prelude.
 -- Returns {outcome, one-row scopes evicted, rows still owed, scope part-way, over quota
--- (1 or 0), the other evictions, 1 if this worker's epoch is old (it must resync)}. Outcome ``evicting`` means the call spent its eviction
+-- (1 or 0), the other evictions, 1 if this worker's epoch is old (it must resync), and
+-- for ``not_in_flight`` the time (µs) of the miss it left, see track()}. Outcome
+-- ``evicting`` means the call spent its eviction
 -- budget before the batch was done and wrote nothing else: the caller calls again with
 -- the owed rows and the scope, so that no single script holds Redis for long, and the
 -- calls together evict exactly what one unbounded call would. Evictions are packed as
@@ -42,7 +44,9 @@ if ARGV[5] == '1' and not in_flight then
   if redis.call('EXISTS', LOST) == 1 then return done('behind') end
   -- A request may have started with its track still on its way here (a worker waits for
   -- it at most max_wait): that track claims this cancellation (see track()).
-  redis.call('SET', miss_key(m), math.floor(now_us() / 1000) .. ' ' .. renc, 'PX', MISS_MS)
+  local at = string.format('%.0f', now_us())
+  redis.call('SET', miss_key(m), at .. ' ' .. renc, 'PX', MISS_MS)
+  result[8] = at  -- this worker's requests that start from now on cannot have been meant
   return done('not_in_flight')
 end
 local stored = in_flight and renc or ('*' .. renc)

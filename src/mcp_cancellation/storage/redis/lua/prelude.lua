@@ -259,16 +259,19 @@ end
 -- How long (ms) a cancellation that found its request not in flight waits for a track
 -- still on its way (see track()).
 local MISS_MS = 10000
--- How much later than the miss a request may seem to have started and still claim it: its
--- start is the worker's age of it subtracted from Redis's clock when the track runs, so a
--- track that waited in transit (or in Redis's own queue) seems to have started later.
-local MISS_SLACK_MS = 1000
 local function miss_key(m) return P .. 'miss:' .. m end
 -- Track (scope, key) for owner of worker w. A pending row is claimed (its reason
--- returned). With age (ms since the worker started the request), a cancellation that
--- missed the request because its track was still on its way (recorded by ADD within
--- MISS_MS, after the request started) is claimed too, as a mark of this owner.
-local function track(scope, key, owner, w, age, tool)
+-- returned). With age (µs since the worker started the request, when it sent the track),
+-- a cancellation that found the request not in flight (recorded by ADD within MISS_MS)
+-- is claimed too if the request started before it: its start is Redis's clock now less
+-- the age, late by the track's time in transit. A start at or before the miss is certain
+-- (claimed here, the miss deleted); a later one comes back as {µs after the miss,
+-- reason} for the worker, which claims it only if that is within the call's round trip
+-- (the longest the track can have been in transit), and leaves the miss otherwise.
+-- With floor (a Redis time, µs, that the worker saw before the request started: the miss
+-- its own ADD left, say), a miss at or before it is never claimed: the client cannot
+-- have meant a request that started after it was told the id was not in flight.
+local function track(scope, key, owner, w, age, tool, floor)
   local m = member(scope, key)
   local fk = flight_key(m)
   if redis.call('HSET', fk, owner, w) == 1 then
@@ -276,8 +279,9 @@ local function track(scope, key, owner, w, age, tool)
     redis.call('SADD', worker_key(w), netstring(m) .. owner)
   end
   -- What an operator sees of it: its start (ms), worker and tool.
-  local started = math.floor(now_us() / 1000) - (age or 0)
-  redis.call('HSET', INFO, netstring(m) .. owner, started .. '\t' .. w .. '\t' .. (tool or ''))
+  local started = now_us() - (age or 0)
+  redis.call('HSET', INFO, netstring(m) .. owner,
+    string.format('%.0f', math.floor(started / 1000)) .. '\t' .. w .. '\t' .. (tool or ''))
   local v = redis.call('HGET', REASONS, m)
   if v and string.byte(v, 1) == 42 then  -- '*': pending, claimed by this owner
     v = string.sub(v, 2)
@@ -289,13 +293,14 @@ local function track(scope, key, owner, w, age, tool)
     local miss = redis.call('GET', miss_key(m))
     if miss then
       local space = string.find(miss, ' ', 1, true)
-      local started = math.floor(now_us() / 1000) - age
-      if started - MISS_SLACK_MS <= tonumber(string.sub(miss, 1, space - 1)) then
-        v = string.sub(miss, space + 1)
-        redis.call('HSET', fk, '!' .. owner, v)
-        redis.call('DEL', miss_key(m))  -- claimed: a later request of this id is not touched
-        return v
-      end
+      local missed_at = tonumber(string.sub(miss, 1, space - 1))
+      if floor and floor >= missed_at then return nil end
+      local after = started - missed_at
+      v = string.sub(miss, space + 1)
+      if after > 0 then return {string.format('%.0f', after), v} end
+      redis.call('HSET', fk, '!' .. owner, v)
+      redis.call('DEL', miss_key(m))  -- claimed: a later request of this id is not touched
+      return v
     end
   end
   return nil
