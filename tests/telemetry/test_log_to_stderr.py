@@ -52,6 +52,7 @@ def test_under_a_rich_root_the_package_logs_plain_lines_at_the_roots_level(
 
     root_handlers[:] = [RichHandler()]  # as MCPServer's configure_logging() leaves it
     package_logger.handlers[:], package_logger.propagate = [], True
+    package_logger.setLevel(logging.NOTSET)  # (an earlier test may have set one)
     assert plain_beside_rich()
     assert not plain_beside_rich()  # once
     assert package_logger.level == logging.NOTSET  # the root's level still decides

@@ -73,14 +73,12 @@ class _Write:
     """One queued write: ``T`` track, ``U`` untrack, ``R`` release (a dead owner's: the
     row goes if no owner is left), ``F`` finish (untrack and clear)."""
 
-    __slots__ = ("done", "floor", "op", "queued_at", "row", "token")
+    __slots__ = ("done", "op", "queued_at", "row", "token")
 
     def __init__(self, op: str, row: Row, token: RequestToken | None = None) -> None:
         self.op = op
         self.row = row
         self.token = token
-        #: For a track: the latest Redis time (µs) this worker knew when it started.
-        self.floor = 0
         #: Set when Redis took the write, or when its waiter stops waiting.
         self.done: asyncio.Future[None] | None = None
         self.queued_at = 0.0
@@ -134,6 +132,9 @@ class Journal:
         #: The table's epoch as this worker last synchronised with it ('' before).
         self.epoch = ""
         self._seen = 0  # the latest Redis time (µs) a reply told this worker
+        #: Per request in flight: the latest Redis time (µs) this worker knew as it
+        #: started (its tracks carry it, on a resync too; see saw()).
+        self._floors: dict[Row, int] = {}
 
     # -- the token table ---------------------------------------------------------------
 
@@ -160,6 +161,8 @@ class Journal:
         """Forget the rows of *dead* owners and queue their release; the rows."""
         with self._lock:
             rows = self._tokens.sweep(dead)
+            for row in rows:
+                self._floors.pop(row, None)
         for row in rows:
             self._put(_Write("R", row))
         return rows
@@ -176,8 +179,9 @@ class Journal:
         with self._lock:
             self._tokens.add(*row, token)
             self._unsent.add(row)
+            if self._seen:
+                self._floors[row] = self._seen
         write = _Write("T", row, token)
-        write.floor = self._seen
         self._put(write)
         try:
             await self._wait(write)
@@ -195,6 +199,7 @@ class Journal:
         with self._lock:
             self._tokens.discard(*row)
             self._unsent.discard(row)
+            self._floors.pop(row, None)
         write = _Write(op, row)
         self._put(write)
         return write
@@ -388,7 +393,7 @@ class Journal:
                 waiter.set_exception(error)
 
     async def _send(self, writes: Sequence[_Write], *, full: bool, operation: str) -> Any:
-        args: list[bytes | str] = [
+        head: list[bytes | str] = [
             self.worker,
             self._heartbeat_ms,
             self.epoch,
@@ -396,7 +401,23 @@ class Journal:
             "1" if full else "0",
             "1" if self._recovering() else "0",
         ]
-        now = time.monotonic()
+        sent = 0.0
+
+        def call() -> Awaitable[Any]:
+            # The ages are taken now, as the call goes out (after any wait for a
+            # connection): the track's time in transit is then at most the round trip.
+            nonlocal sent
+            sent = time.monotonic()
+            return self._run_script("SYNC", *head, *self._operations(writes, sent))
+
+        reply = await self._home.call(call, operation)
+        if not self.epoch:
+            self.epoch = text(reply[0])
+        return _Reply(reply, time.monotonic() - sent)
+
+    def _operations(self, writes: Sequence[_Write], now: float) -> list[bytes | str]:
+        args: list[bytes | str] = []
+        floors = self._floors
         for write in writes:
             scope, key, owner = write.row
             op = write.op
@@ -405,12 +426,10 @@ class Journal:
                 # (its start lets Redis tell whether a cancellation that found it not in
                 # flight came after it started)
                 op += str(max(0, int(1_000_000 * (now - token.started))))
-                if write.floor:
-                    op += f",{write.floor}"
+                floor = floors.get(write.row)
+                if floor:
+                    op += f",{floor}"
                 if token.tool:
                     op += ":" + token.tool
             args += [op, to_bytes(scope), to_bytes(key), to_bytes(owner)]
-        reply = await self._home.call(lambda: self._run_script("SYNC", *args), operation)
-        if not self.epoch:
-            self.epoch = text(reply[0])
-        return _Reply(reply, time.monotonic() - now)
+        return args
