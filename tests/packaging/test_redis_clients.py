@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import textwrap
 import venv
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,32 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.fixture(scope="module")
+def client_venvs(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """A fresh venv with the wheel and redis-py *version*, made once per version: the
+    Python to run."""
+    made: dict[str, Path] = {}
+
+    def python(version: str) -> Path:
+        if version not in made:
+            home = tmp_path_factory.mktemp(f"redis-py-{version}")
+            venv.create(home, with_pip=True, symlinks=True)
+            (wheel,) = dist.glob("*.whl")
+            pip = [home / "bin" / "python", "-m", "pip", "install", "-q"]
+            installed = subprocess.run(
+                [*pip, f"{wheel}[redis]", f"redis=={version}"],
+                capture_output=True,
+                text=True,
+                timeout=240,
+                check=False,
+            )
+            assert installed.returncode == 0, installed.stdout + installed.stderr
+            made[version] = home / "bin" / "python"
+        return made[version]
+
+    return python
+
+
 @pytest.mark.parametrize(
     ("version", "backend"),
     [
@@ -78,21 +105,14 @@ SCRIPT = textwrap.dedent(
     ],
 )
 def test_two_workers_cancel_across_each_other_with_this_redis_py(
-    version: str, backend: str, dist: Path, tmp_path: Path, request: pytest.FixtureRequest
+    version: str,
+    backend: str,
+    client_venvs: Callable[[str], Path],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     url = redis_url(backend, request)
-    home = tmp_path / "venv"
-    venv.create(home, with_pip=True, symlinks=True)
-    python = home / "bin" / "python"
-    (wheel,) = dist.glob("*.whl")
-    installed = subprocess.run(
-        [python, "-m", "pip", "install", "-q", f"{wheel}[redis]", f"redis=={version}"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert installed.returncode == 0, installed.stdout + installed.stderr
+    python = client_venvs(version)
     script = tmp_path / "workers.py"
     script.write_text(SCRIPT, encoding="utf-8")
     ran = subprocess.run(
