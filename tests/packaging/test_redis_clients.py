@@ -81,7 +81,7 @@ def client_venvs(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Callab
             home = tmp_path_factory.mktemp(f"redis-py-{version}")
             venv.create(home, with_pip=True, symlinks=True)
             (wheel,) = dist.glob("*.whl")
-            pip = [home / "bin" / "python", "-m", "pip", "install", "-q"]
+            pip: list[str | Path] = [home / "bin" / "python", "-m", "pip", "install", "-q"]
             installed = subprocess.run(
                 [*pip, f"{wheel}[redis]", f"redis=={version}"],
                 capture_output=True,
