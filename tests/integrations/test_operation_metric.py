@@ -102,10 +102,10 @@ async def test_calls_are_counted_once_and_a_cancelled_call_is_told_apart(
             "capabilities": {},
             "clientInfo": {"name": "metric-test", "version": "1"},
         }
-        initialized = await http.post(
+        initialized = await http.post(  # no version header: the one it asks for counts
             harness.url,
             json={"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": initialize},
-            headers=headers,
+            headers=SSE_AND_JSON,
         )
         assert "result" in final_message(initialized)
         bad_arguments = await http.post(

@@ -22,7 +22,6 @@ except ImportError:  # pragma: no cover - pydantic comes with every MCP SDK
 
 __all__ = [
     "CANCELLED_METHOD",
-    "INITIALIZE",
     "INITIALIZE_METHOD",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
@@ -73,10 +72,9 @@ Message = tuple[Kind, object, object, "str | None"]
 
 #: Everything the middleware passes through untouched.
 OTHER: Final[Message] = ("other", None, None, None)
+#: ``initialize`` is passed through too (counted, never tracked); the middleware reads the
+#: session id of its answer.
 INITIALIZE_METHOD: Final = "initialize"
-#: ``initialize`` is passed through too; the middleware reads the session id of its answer.
-INITIALIZE: Final[Message] = ("other", None, None, INITIALIZE_METHOD)
-
 
 #: The method whose ``params.name`` is the tool a request calls.
 TOOLS_CALL_METHOD = "tools/call"
@@ -98,8 +96,8 @@ def classify(body: bytes) -> Message:
         # the SDK answers it, and the middleware acts on nothing the SDK would not accept.
         return OTHER
     if decoded.get("id") is not None:  # an ``"id": null`` message is the SDK's notification
-        if method == INITIALIZE_METHOD:
-            return INITIALIZE
+        if method == INITIALIZE_METHOD:  # (its params: the protocol version it asks for)
+            return ("other", None, decoded.get("params"), INITIALIZE_METHOD)
         params = decoded.get("params") if method == TOOLS_CALL_METHOD else None
         return ("request", decoded["id"], params, method)
     if method == CANCELLED_METHOD:

@@ -379,8 +379,10 @@ class CancellationMiddleware:
         elif method == INITIALIZE_METHOD:
             if self.sessions is not None:
                 send = self.sessions.learning(send)  # a stateful server names the session
-            # Not tracked (the spec forbids cancelling it), but counted in request.ended.
-            version = header(scope, b"mcp-protocol-version")
+            # Not tracked (the spec forbids cancelling it), but counted in request.ended,
+            # with the protocol version it asks for (it has no version header).
+            asked = params.get("protocolVersion") if isinstance(params, dict) else None
+            version = asked if isinstance(asked, str) else header(scope, b"mcp-protocol-version")
             async with self.registry.request(
                 None, self.caller_scope(scope), method=method, protocol_version=version
             ):
