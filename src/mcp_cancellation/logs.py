@@ -34,10 +34,10 @@ def _plain_handler(logger: logging.Logger) -> logging.Handler:
 def plain_beside_rich() -> bool:
     """Give the ``mcp_cancellation`` logger the plain stderr handler of
     :func:`log_to_stderr`, keeping the root's level, when nobody configured that logger
-    (no handler, still propagating) and every root handler is Rich's (as FastMCP sets
-    up): one line a record, as uvicorn's own loggers print beside it. The middleware
-    calls it when it starts and before its line for a cancelled call. Returns whether
-    it added the handler."""
+    (no handler, still propagating) and every root handler is Rich's (as the SDK's
+    ``MCPServer`` sets up): one line a record, as uvicorn's own loggers print beside it.
+    The middleware calls it at start-up, at its first request and before its line for a
+    cancelled call. Returns whether it added the handler."""
     logger = logging.getLogger("mcp_cancellation")
     if logger.handlers or not logger.propagate:
         return False

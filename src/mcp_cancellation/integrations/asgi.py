@@ -267,6 +267,7 @@ class CancellationMiddleware:
             message = await receive()
             kind = message.get("type")
             if kind == "lifespan.startup":
+                plain_beside_rich()  # before the storage check's warning, if any
                 registry.start_janitor()
                 # In the background (a stalled storage must not hold the start-up): a
                 # storage that is down is reported now, not at the first request.
