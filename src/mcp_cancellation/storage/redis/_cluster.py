@@ -66,15 +66,11 @@ def is_cluster(client: object) -> bool:
 
 def cluster_client_supported(version: str) -> bool:
     """Whether redis-py *version* (``"8.1.0"``) has a cluster client the storage can use."""
-    return _release(version) >= (8, 0)
-
-
-def _release(version: str) -> tuple[int, ...]:
     parts = []
     for part in version.split(".")[:2]:
         digits = "".join(ch for ch in part if ch.isdigit())
         parts.append(int(digits or 0))
-    return tuple(parts)
+    return tuple(parts) >= (8, 0)
 
 
 def is_cluster_url(url: str) -> bool:
