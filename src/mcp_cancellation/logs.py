@@ -36,8 +36,8 @@ def plain_beside_rich() -> bool:
     :func:`log_to_stderr`, keeping the root's level, when nobody configured that logger
     (no handler, still propagating) and every root handler is Rich's (as the SDK's
     ``MCPServer`` sets up): one line a record, as uvicorn's own loggers print beside it.
-    The middleware calls it at start-up, at its first request and before its line for a
-    cancelled call. Returns whether it added the handler."""
+    The middleware calls it at start-up and at its first request (by then the SDK has
+    set up logging). Returns whether it added the handler."""
     logger = logging.getLogger("mcp_cancellation")
     if logger.handlers or not logger.propagate:
         return False

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._asgi import Message, Receive, Send
 from ..errors import REQUEST_CANCELLED
-from ..logs import plain_beside_rich
 from ..scope import scope_kind
 from ..token import Outcome
 
@@ -248,7 +247,6 @@ class Exchange:
             # without an answer (the SDK cancels it when an SSE stream closes).
             outcome = "stopped"
         token.set_outcome(outcome)
-        plain_beside_rich()
         at = token.cancelled_at
         after = (
             "" if at is None else f" {max(0.0, time.monotonic() - at):.2f} s after the cancellation"
