@@ -120,18 +120,14 @@ class RedisStorage(Storage):
         self._health = Health(self, "Redis")
         subscription: Subscription
         concurrency: int | None = None  # a blocking pool queues a burst by itself
+        prepare = None
         if isinstance(client, RedisCluster):
             subscription = ShardSubscription(client, self._routing_key)
             concurrency = max_concurrency  # the cluster pool refuses one: queue it here
+            prepare = client.initialize  # its slot map first (see _cluster.py)
         else:
             subscription = ChannelSubscription(client)
-        self._home = HomeLoop(
-            timeout,
-            self._on_call,
-            self._health,
-            concurrency,
-            prepare=client.initialize if isinstance(client, RedisCluster) else None,
-        )
+        self._home = HomeLoop(timeout, self._on_call, self._health, concurrency, prepare)
         # For this long after a worker saw Redis fail (or found the table lost), Redis
         # refuses cancellations of ids it does not see in flight (503, never a 202 that
         # does nothing): a worker may not have re-sent its tracks yet. Long enough for
