@@ -219,15 +219,11 @@ local function now_us()
 end
 -- The table's clock: the server's, but never behind the last age it gave (a failover to
 -- a node whose clock is behind, or a test that moves `P clock` on to age the rows).
-local function table_now()
-  local now = now_us()
-  local last = tonumber(redis.call('GET', P .. 'clock') or 0)
-  if now < last then now = last end
-  return now
-end
+local function last_age() return tonumber(redis.call('GET', P .. 'clock') or 0) end
+local function table_now() return math.max(now_us(), last_age()) end
 local function next_age()
   local now = now_us()
-  local last = tonumber(redis.call('GET', P .. 'clock') or 0)
+  local last = last_age()
   if now <= last then now = last + 1 end
   redis.call('SET', P .. 'clock', string.format('%.0f', now))
   return string.format('%.0f', now)

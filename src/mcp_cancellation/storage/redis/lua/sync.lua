@@ -3,9 +3,9 @@
 -- worker's earlier calls failed, so `P lost` marks the grace period too), then operations as
 -- (op, scope, key, owner) quads, in order: 'T' track ('T<us>[,<floor>][:<tool>]': of a
 -- request started <us> microseconds ago, and not before Redis time <floor> (µs), which
--- may claim a cancellation that missed it, see track(); calling <tool>), 'U' untrack, 'R' release (untrack,
--- and remove the row if it is bound and no owner is left: a dead owner's), 'F' finish
--- (untrack and remove the row).
+-- may claim a cancellation that missed it, see track(); calling <tool>), 'U' untrack,
+-- 'R' release (untrack, and remove the row if it is bound and no owner is left: a dead
+-- owner's), 'F' finish (untrack and remove the row).
 -- A resync ('1') sends a 'T' for every request the worker has in flight, and its in-flight
 -- rows that Redis holds beyond those (a lost write's, or rows a failover brought back)
 -- are released.
