@@ -70,10 +70,8 @@ class HomeLoop:
     many calls run at once and the others wait their turn (within the timeout): for a
     client whose pool fails fast when it is exhausted (redis-py's cluster client) this
     gives the waiting pool of one server. *prepare* is awaited before each call: the
-    cluster client's ``initialize()``, which returns at once when it has the slot map,
-    and otherwise fetches it first (redis-py 8.0 and 8.1 send a call made
-    without one to any node; a burst of MOVED replies then makes the client close
-    every connection, those of the calls in flight too).
+    cluster client's ``initialize()``, which returns at once when it has the slot map and
+    otherwise fetches it first (see ``_cluster.py``).
     """
 
     def __init__(
