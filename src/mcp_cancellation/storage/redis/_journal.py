@@ -19,6 +19,7 @@ and when another worker found it lost.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -89,33 +90,24 @@ class _Write:
             self.done.set_result(None)
 
 
+@dataclasses.dataclass(eq=False, kw_only=True)
 class Journal:
     """The tokens this worker flips and the queue of writes it owes Redis (see the module
     docstring). The token table is safe from any thread; the queue lives on the home loop."""
 
-    def __init__(
-        self,
-        *,
-        home: HomeLoop,
-        run_script: RunScript,
-        resync: Callable[[], Awaitable[int]],
-        heartbeat_ms: str,
-        grace_ms: str,
-        recovering: Callable[[], bool],
-        refused: Callable[[], Awaitable[None]],
-        wait: float,
-        backoff: tuple[float, float],
-    ) -> None:
-        self.worker = ""  # set by the storage before the first call
-        self._home = home
-        self._run_script = run_script
-        self._resync_entry = resync  # the storage's public resync(), which calls resync()
-        self._heartbeat_ms = heartbeat_ms
-        self.grace_ms = grace_ms
-        self._recovering = recovering
-        self._refused = refused
-        self.wait = wait
-        self._backoff = backoff
+    home: HomeLoop
+    run_script: RunScript
+    #: The storage's public resync(), which calls resync().
+    storage_resync: Callable[[], Awaitable[int]]
+    heartbeat_ms: str
+    grace_ms: str
+    recovering: Callable[[], bool]
+    refused: Callable[[], Awaitable[None]]
+    wait: float
+    backoff: tuple[float, float]
+    worker: str = ""  # set by the storage before the first call
+
+    def __post_init__(self) -> None:
         self._lock = threading.Lock()
         self._tokens = InFlightTokens()
         self._queue: list[_Write] = []
@@ -301,8 +293,8 @@ class Journal:
         assert self._wake is not None
         assert self._quiet is not None
         loop = asyncio.get_running_loop()
-        delay = self._backoff[0]
-        while not self._home.closed:
+        delay = self.backoff[0]
+        while not self.home.closed:
             if not (self._queue or self._resync_wanted or self._beat):
                 self._quiet.set()
                 self._wake.clear()
@@ -316,19 +308,19 @@ class Journal:
             started = loop.time()
             try:
                 if self._resync_wanted:
-                    await self._resync_entry()
+                    await self.storage_resync()
                 else:
                     await self._flush()
             except Exception as exc:  # never die: every later write depends on this task
                 if not isinstance(exc, StorageUnavailable):
                     logger.exception("sending this worker's in-flight rows to Redis failed")
                 elif isinstance(exc.__cause__, ResponseError):
-                    await self._refused()  # Redis answers, and refuses: tell the others
+                    await self.refused()  # Redis answers, and refuses: tell the others
                 self._quiet.set()  # a reader goes on: Redis will fail it too, or answer
                 await asyncio.sleep(max(0.0, started + delay - loop.time()))
-                delay = min(delay * 2, self._backoff[1])
+                delay = min(delay * 2, self.backoff[1])
                 continue
-            delay = self._backoff[0]
+            delay = self.backoff[0]
 
     async def _flush(self) -> None:
         self._beat = False
@@ -395,11 +387,11 @@ class Journal:
     async def _send(self, writes: Sequence[_Write], *, full: bool, operation: str) -> Any:
         head: list[bytes | str] = [
             self.worker,
-            self._heartbeat_ms,
+            self.heartbeat_ms,
             self.epoch,
             self.grace_ms,
             "1" if full else "0",
-            "1" if self._recovering() else "0",
+            "1" if self.recovering() else "0",
         ]
         sent = 0.0
 
@@ -408,9 +400,9 @@ class Journal:
             # connection): the track's time in transit is then at most the round trip.
             nonlocal sent
             sent = time.monotonic()
-            return self._run_script("SYNC", *head, *self._operations(writes, sent))
+            return self.run_script("SYNC", *head, *self._operations(writes, sent))
 
-        reply = await self._home.call(call, operation)
+        reply = await self.home.call(call, operation)
         if not self.epoch:
             self.epoch = text(reply[0])
         return _Reply(reply, time.monotonic() - sent)

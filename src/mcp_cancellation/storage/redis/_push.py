@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -67,31 +68,22 @@ class ChannelSubscription:
         return None
 
 
+@dataclasses.dataclass(eq=False, kw_only=True)
 class Push:
     """The background half of one worker's Redis storage (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        subscription: Subscription,
-        home: HomeLoop,
-        prefix: bytes,
-        journal: Journal,
-        heartbeat_ttl: float,
-        backoff: tuple[float, float],
-    ) -> None:
-        self._subscription = subscription
-        self._home = home
-        self._prefix = prefix
-        self._journal = journal
-        self.heartbeat_ttl = heartbeat_ttl
-        self._backoff = backoff
-        self._tasks: list[asyncio.Task[None]] = []
-        self.subscribed = False
+    subscription: Subscription
+    home: HomeLoop
+    prefix: bytes
+    journal: Journal
+    heartbeat_ttl: float
+    backoff: tuple[float, float]
+    subscribed: bool = dataclasses.field(default=False, init=False)
+    _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list, init=False)
 
     @property
     def worker(self) -> str:
-        return self._journal.worker
+        return self.journal.worker
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -130,20 +122,20 @@ class Push:
             logger.warning("ignoring a malformed cancellation message")
             return
         owners = {text(owner) for owner in fields[3:]}
-        for token in self._journal.pushed(scope, key, owners):
+        for token in self.journal.pushed(scope, key, owners):
             token._cancel(reason)
 
     async def _listen(self) -> None:
-        channel = self._prefix + b"c:" + to_bytes(self.worker)
-        broadcast = self._prefix + b"resync"
-        delay = self._backoff[0]
-        timeout = self._home.timeout
+        channel = self.prefix + b"c:" + to_bytes(self.worker)
+        broadcast = self.prefix + b"resync"
+        delay = self.backoff[0]
+        timeout = self.home.timeout
         # A connection that silently died (a partition, no RST) never errors: ping it and
         # reconnect when nothing, not even the pong, came back in time.
         ping_every = min(self.heartbeat_ttl / 3, 10.0)
         loop = asyncio.get_running_loop()
-        subscription = self._subscription
-        while not self._home.closed:
+        subscription = self.subscription
+        while not self.home.closed:
             pubsub: PubSub | None = None
             try:
                 async with asyncio.timeout(timeout):
@@ -165,15 +157,15 @@ class Push:
                     kind = text(message["type"])
                     if kind == subscription.confirmation:
                         self.subscribed = True
-                        delay = self._backoff[0]
-                        self._journal.want_resync()  # messages may have been missed
+                        delay = self.backoff[0]
+                        self.journal.want_resync()  # messages may have been missed
                     elif kind == subscription.message:
                         if to_bytes(message["channel"]) == broadcast:
                             data = text(message["data"])
                             if data == BEHIND:  # a worker's writes are refused
-                                self._home.health.trouble_elsewhere()
-                            elif data != self._journal.epoch:
-                                self._journal.want_resync()  # the table was lost
+                                self.home.health.trouble_elsewhere()
+                            elif data != self.journal.epoch:
+                                self.journal.want_resync()  # the table was lost
                         else:
                             self.deliver(message["data"])
                     elif kind == subscription.lost:
@@ -182,7 +174,7 @@ class Push:
                 raise
             except Exception as exc:  # any failure: reconnect with backoff, never die
                 reraise_cancellation()
-                self._home.health.failed("subscribe", exc)
+                self.home.health.failed("subscribe", exc)
                 if self.subscribed:
                     logger.warning("Redis pub/sub connection lost: %s", exc)
                 self.subscribed = False
@@ -197,12 +189,12 @@ class Push:
                     async with asyncio.timeout(timeout):
                         await subscription.close()
             await asyncio.sleep(delay)
-            delay = min(delay * 2, self._backoff[1])
+            delay = min(delay * 2, self.backoff[1])
 
     # -- heartbeat ---------------------------------------------------------------------
 
     async def _heartbeat(self) -> None:
         interval = self.heartbeat_ttl / 3
-        while not self._home.closed:
+        while not self.home.closed:
             await asyncio.sleep(interval)
-            self._journal.heartbeat()
+            self.journal.heartbeat()

@@ -136,7 +136,7 @@ class RedisStorage(Storage):
         self._journal = Journal(
             home=self._home,
             run_script=self._script,
-            resync=self.resync,
+            storage_resync=self.resync,
             heartbeat_ms=str(max(1, int(heartbeat_ttl * 1000))),
             # Past a loss or an outage, cancellations of ids not in flight are refused
             # until every worker has had its retry (the backoff's longest wait) twice.
