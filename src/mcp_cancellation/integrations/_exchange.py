@@ -172,6 +172,7 @@ class Exchange:
     watcher: asyncio.Task[None] | None = None
     watchlist: Watchlist | None = None
     killer: asyncio.TimerHandle | None = None
+    cancel_on_disconnect = True  # False where the client may resume the stream
 
     def __init__(
         self,
@@ -183,12 +184,12 @@ class Exchange:
         cancel_on_disconnect: bool = True,
     ) -> None:
         self.middleware = middleware
-        self.cancel_on_disconnect = cancel_on_disconnect
         self.receive = receive
         self.send = send
         self.body = body
         self.context = context
-        self.token = context.token
+        if not cancel_on_disconnect:
+            self.cancel_on_disconnect = False
 
     # The middleware runs the app itself, between these three (no coroutine of the
     # exchange's own on the app's await chain):
@@ -231,13 +232,13 @@ class Exchange:
             self.killer.cancel()
         if self.watcher is not None:
             self.watcher.cancel()
-        if self.token.cancelled:
+        if self.context.token.cancelled:
             self._log_end()
 
     def _log_end(self) -> None:
         """The one log line of a cancelled request: who, why, and how its work ended;
         the outcome also goes on the token, for ``request.stopped``."""
-        token = self.token
+        token = self.context.token
         if self.killed:
             outcome: Outcome = "killed"
         elif self.answer == "result" and not token.observed:
@@ -296,9 +297,9 @@ class Exchange:
 
     async def _send(self, message: Message) -> None:
         if message["type"] == "http.response.body":
-            if self.token.error_type is None:
+            if self.context.token.error_type is None:
                 self._read_error(message.get("body", b""))
-            if self.token.cancelled and not self.answer:
+            if self.context.token.cancelled and not self.answer:
                 # What the app answered once cancelled (only then: it costs a scan).
                 body = message.get("body", b"")
                 if _CANCELLED_CODE in body:
@@ -319,9 +320,9 @@ class Exchange:
         """Note how the answer failed (``error.type`` of ``request.ended``), if it did."""
         found = _ERROR_CODE.search(body, 0, _HEAD)
         if found is not None:
-            self.token.error_type = found.group(1).decode()
+            self.context.token.error_type = found.group(1).decode()
         elif _TOOL_ERROR.search(body, max(0, len(body) - _TAIL)) is not None:
-            self.token.error_type = "tool_error"
+            self.context.token.error_type = "tool_error"
 
     def _set_gone(self) -> None:
         self.gone = True
@@ -351,7 +352,7 @@ class Exchange:
         # drops the call's stream) was reported then: the same cancellation, not a second.
         try:
             self.middleware.registry.cancel_token(
-                self.token, DISCONNECT_REASON, method="disconnect"
+                self.context.token, DISCONNECT_REASON, method="disconnect"
             )
         except Exception:  # a receiver must not keep the kill timer from being armed
             logger.exception("request.cancelled receiver failed")
