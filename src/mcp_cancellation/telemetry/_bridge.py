@@ -48,8 +48,8 @@ def _teardown(receivers: Receivers, also: Callable[[], None] | None) -> None:
 class Bridge:
     """Base of the OpenTelemetry and Prometheus bridges (see the module docstring).
 
-    Subclasses list their receivers, and may attach (register exporters) before the
-    receivers connect and detach after they disconnect.
+    Subclasses define the receivers named below, and may attach (register exporters)
+    before the receivers connect and detach after they disconnect.
     """
 
     def __init__(self, registry: CancellationRegistry | None) -> None:
@@ -67,8 +67,23 @@ class Bridge:
     def installed(self) -> bool:
         return self._installed
 
+    # Each bridge's receivers of the signals below; their keywords are the signal's.
+    _on_cancelled: Callable[..., None]
+    _on_rejected: Callable[..., None]
+    _on_evicted: Callable[..., None]  # takes cancellation_evicted_batch
+    _on_cleanup: Callable[..., None]
+    _on_storage_error: Callable[..., None]
+
     def _receivers(self) -> Receivers:
-        raise NotImplementedError
+        return [
+            (signals.request_cancelled, self._on_cancelled),
+            (signals.request_stopped, self._on_stopped),
+            (signals.request_ended, self._on_ended),
+            (signals.cancellation_rejected, self._on_rejected),
+            (signals.cancellation_evicted_batch, self._on_evicted),
+            (signals.cancellation_cleanup, self._on_cleanup),
+            (signals.storage_error, self._on_storage_error),
+        ]
 
     def _attach(self) -> None:
         """Before the receivers connect (may raise ConfigurationError, undoing itself)."""

@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import metrics, trace
 
-from ... import signals
 from ...__about__ import __version__
 from ...scope import SCOPE_KINDS, ScopeKind, ScopeLabeler, resolve_key, scope_kind
 from ...storage.base import Storage
-from .._bridge import Bridge, Receivers, Setups
+from .._bridge import Bridge, Setups
 from .._catalogue import (
     ALL,
     OPERATION_LABELS,
@@ -115,17 +114,6 @@ class OpenTelemetryBridge(Bridge):
             for info in ALL:
                 if info.type == "gauge":
                     join_gauge(meter, info.name, self)
-
-    def _receivers(self) -> Receivers:
-        return [
-            (signals.request_cancelled, self._on_cancelled),
-            (signals.request_stopped, self._on_stopped),
-            (signals.request_ended, self._on_ended),
-            (signals.cancellation_cleanup, self._on_cleanup),
-            (signals.cancellation_evicted_batch, self._on_evicted),
-            (signals.cancellation_rejected, self._on_rejected),
-            (signals.storage_error, self._on_storage_error),
-        ]
 
     def _attach(self) -> None:
         self._instruments.zero(self._storage)

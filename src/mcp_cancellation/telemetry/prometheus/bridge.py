@@ -10,19 +10,13 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ... import signals
 from ..._extras import requires
 from ...errors import ConfigurationError
 from ...scope import SCOPE_KINDS, ScopeKind, ScopeLabeler, scope_kind
 from ...storage.base import STORAGE_OPERATIONS, TableSummary
 from ...token import OTHER_TOOL
-from .._bridge import Bridge, Receivers
-from .._catalogue import (
-    OPERATION_BUCKETS,
-    OPERATION_DURATION,
-    OPERATION_LABELS,
-    near_quota_rows,
-)
+from .._bridge import Bridge
+from .._catalogue import OPERATION_BUCKETS, OPERATION_DURATION, OPERATION_LABELS, near_quota_rows
 from .._guard import never_raise
 from .._rejections import REJECTIONS_WINDOW, Rejections
 from .._table_state import ignored_by_tool
@@ -152,17 +146,6 @@ class PrometheusBridge(Bridge):
 
     def _on_registry_collected(self) -> Callable[[], None] | None:
         return self._files.close_nowait if self._files is not None else None
-
-    def _receivers(self) -> Receivers:
-        return [
-            (signals.request_cancelled, self._on_cancelled),
-            (signals.request_stopped, self._on_stopped),
-            (signals.request_ended, self._on_ended),
-            (signals.cancellation_rejected, self._on_rejected),
-            (signals.cancellation_evicted_batch, self._on_evicted),
-            (signals.cancellation_cleanup, self._on_cleanup),
-            (signals.storage_error, self._on_storage_error),
-        ]
 
     def _kind_counter(self, name: str) -> tuple[Collector, KindCounter]:
         """The counter ``<name>_total{scope_kind}``, every kind from the start: a tally
