@@ -15,7 +15,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,14 +28,12 @@ from mcp_cancellation.storage.base import AddResult, Storage
 from mcp_cancellation.storage.memory import MemoryStorage
 
 from ..support import UvicornThread, async_wait_until
+from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message, versioned_call
 
 POLL = 0.02
 
 
 STREAM_CANCEL_TIMEOUT = 0.3
-
-
-SSE_AND_JSON = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 class ToolLog:
@@ -267,45 +265,6 @@ class Harness:
 Serve = Callable[..., Harness]
 
 
-def call_body(request_id: object, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments},
-    }
-
-
-def cancel_body(request_id: object, reason: str | None = "test") -> dict[str, Any]:
-    params: dict[str, Any] = {"requestId": request_id}
-    if reason is not None:
-        params["reason"] = reason
-    return {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params}
-
-
-def jsonrpc_messages(response: httpx.Response) -> list[dict[str, Any]]:
-    """The JSON-RPC messages of a response, JSON or SSE."""
-    import json
-
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        return [
-            json.loads(line[5:].strip())
-            for line in response.text.splitlines()
-            if line.startswith("data:") and line[5:].strip()
-        ]
-    if not response.content:
-        return []
-    decoded = response.json()
-    return decoded if isinstance(decoded, list) else [decoded]
-
-
-def final_message(response: httpx.Response) -> dict[str, Any]:
-    """The response (result or error) among a response's JSON-RPC messages."""
-    messages = [m for m in jsonrpc_messages(response) if "result" in m or "error" in m]
-    assert len(messages) == 1, response.text
-    return messages[0]
-
-
 async def start_and_cancel(
     harness: Any,
     starter: httpx.AsyncClient,
@@ -424,3 +383,39 @@ class FlakyStorage(MemoryStorage):
     async def track(self, *args: Any, **kwargs: Any) -> None:
         self._reachable()
         await super().track(*args, **kwargs)
+
+
+async def call_then_hang_up(
+    harness: Harness,
+    http: httpx.AsyncClient,
+    version: str,
+    tool: str,
+    request_id: object,
+    arguments: dict[str, Any] | None = None,
+    before_hang_up: Callable[[str], Awaitable[None]] | None = None,
+) -> str:
+    """Start *tool*, wait until it runs (then await *before_hang_up* with its key), then
+    close the connection; return its key."""
+    body, headers = versioned_call(version, request_id, tool, arguments or {"seconds": 30})
+
+    async def call() -> None:
+        async with http.stream("POST", harness.url, json=body, headers=headers) as response:
+            async for _ in response.aiter_bytes():
+                pass
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        (key,) = await harness.wait_started()
+        if before_hang_up is not None:
+            await before_hang_up(key)
+        tg.cancel_scope.cancel()  # abandons the response: httpx closes the connection
+    return key
+
+
+async def wait_disconnect_recorded(harness: Harness, key: str) -> None:
+    await async_wait_until(lambda: len(harness.cancellations) >= 1, within=10)
+    (recorded,) = harness.cancellations
+    assert recorded["method"] == "disconnect"
+    assert recorded["reason"] == "client disconnected"
+    assert recorded["request_id"] == key
+    assert recorded["scope"] == "ip:127.0.0.1"

@@ -13,7 +13,8 @@ from mcp_cancellation import CancellationMiddleware, CancellationRegistry, Memor
 from mcp_cancellation.scope import SESSION_KEY
 
 from ..support import UvicornThread, async_wait_until
-from ._helpers import SSE_AND_JSON, Serve, ToolLog, build_sdk_app, cancel_body, start_and_cancel
+from ._helpers import Serve, ToolLog, build_sdk_app, start_and_cancel
+from ._jsonrpc import SSE_AND_JSON, cancel_body
 
 pytestmark = pytest.mark.e2e
 

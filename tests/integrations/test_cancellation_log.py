@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from ..support import async_wait_until
-from ._helpers import SSE_AND_JSON, STREAM_CANCEL_TIMEOUT, Harness, Serve, call_body, cancel_body
+from ._helpers import STREAM_CANCEL_TIMEOUT, Harness, Serve
+from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 

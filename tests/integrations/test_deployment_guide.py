@@ -27,7 +27,7 @@ from ..support import (
     stop_process,
 )
 from ..telemetry._util import Samples, samples, value
-from ._helpers import SSE_AND_JSON, call_body, cancel_body, final_message
+from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 

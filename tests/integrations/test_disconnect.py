@@ -4,7 +4,6 @@ stream that cannot be resumed (unless ``disconnect_cancels="always"``)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -13,54 +12,10 @@ import pytest
 from mcp import Client
 
 from ..support import async_wait_until
-from ._helpers import SSE_AND_JSON, Harness, Serve, call_body, cancel_body
+from ._helpers import Serve, call_then_hang_up, wait_disconnect_recorded
+from ._jsonrpc import HANDSHAKE, MODERN, SSE_AND_JSON, cancel_body, versioned_call
 
 pytestmark = pytest.mark.e2e
-
-MODERN = "2026-07-28"
-HANDSHAKE = "2025-11-25"
-
-
-def versioned_call(
-    version: str, request_id: object, tool: str, arguments: dict[str, Any]
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """A ``tools/call`` body and headers as a client at *version* sends them."""
-    body = call_body(request_id, tool, arguments)
-    headers = {**SSE_AND_JSON, "mcp-protocol-version": version}
-    if version == MODERN:
-        body["params"]["_meta"] = {
-            "io.modelcontextprotocol/protocolVersion": version,
-            "io.modelcontextprotocol/clientCapabilities": {},
-        }
-        headers.update({"mcp-method": "tools/call", "mcp-name": tool})
-    return body, headers
-
-
-async def call_then_hang_up(
-    harness: Harness,
-    http: httpx.AsyncClient,
-    version: str,
-    tool: str,
-    request_id: object,
-    arguments: dict[str, Any] | None = None,
-    before_hang_up: Callable[[str], Awaitable[None]] | None = None,
-) -> str:
-    """Start *tool*, wait until it runs (then await *before_hang_up* with its key), then
-    close the connection; return its key."""
-    body, headers = versioned_call(version, request_id, tool, arguments or {"seconds": 30})
-
-    async def call() -> None:
-        async with http.stream("POST", harness.url, json=body, headers=headers) as response:
-            async for _ in response.aiter_bytes():
-                pass
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(call)
-        (key,) = await harness.wait_started()
-        if before_hang_up is not None:
-            await before_hang_up(key)
-        tg.cancel_scope.cancel()  # abandons the response: httpx closes the connection
-    return key
 
 
 @pytest.fixture(params=[HANDSHAKE, MODERN])
@@ -68,15 +23,6 @@ def version(request: pytest.FixtureRequest) -> str:
     """The protocol version the client announces: the handshake's, then 2026-07-28."""
     value: str = request.param
     return value
-
-
-async def wait_disconnect_recorded(harness: Harness, key: str) -> None:
-    await async_wait_until(lambda: len(harness.cancellations) >= 1, within=10)
-    (recorded,) = harness.cancellations
-    assert recorded["method"] == "disconnect"
-    assert recorded["reason"] == "client disconnected"
-    assert recorded["request_id"] == key
-    assert recorded["scope"] == "ip:127.0.0.1"
 
 
 async def test_disconnect_cancels_polling_tool(

@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from ..support import async_wait_until
-from ._helpers import SSE_AND_JSON, Serve, call_body, final_message
+from ._helpers import Serve
+from ._jsonrpc import SSE_AND_JSON, call_body, final_message
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from mcp_cancellation.integrations.asgi import CancellationMiddleware
 from mcp_cancellation.storage.memory import MemoryStorage
 
 from ..support import UvicornThread, async_wait_until, stats_now
-from ._helpers import SSE_AND_JSON, call_body
+from ._jsonrpc import SSE_AND_JSON, call_body
 
 pytestmark = pytest.mark.e2e
 

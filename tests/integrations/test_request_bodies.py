@@ -14,7 +14,8 @@ from mcp_cancellation import CancellationMiddleware, CancellationRegistry, Memor
 from mcp_cancellation._asgi import serve_lifespan
 
 from ..support import UvicornThread, async_wait_until, stats_now
-from ._helpers import SSE_AND_JSON, Serve, call_body, cancel_body
+from ._helpers import Serve
+from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 

@@ -14,14 +14,8 @@ from mcp_cancellation import CancellationMiddleware, CancellationRegistry
 from mcp_cancellation.storage.memory import MemoryStorage
 
 from ..support import UvicornThread, async_wait_until
-from ._helpers import (
-    SSE_AND_JSON,
-    Serve,
-    call_body,
-    cancel_body,
-    final_message,
-    refused_then_cancelled,
-)
+from ._helpers import Serve, refused_then_cancelled
+from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
 

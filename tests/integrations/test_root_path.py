@@ -14,7 +14,8 @@ from mcp_cancellation.integrations.asgi import CancellationMiddleware
 from mcp_cancellation.storage.memory import MemoryStorage
 
 from ..support import UvicornThread, async_wait_until
-from ._helpers import SSE_AND_JSON, ToolLog, build_sdk_app, call_body, cancel_body, final_message
+from ._helpers import ToolLog, build_sdk_app
+from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
 

@@ -15,16 +15,8 @@ from mcp_cancellation import CancellationMiddleware, CancellationRegistry, Memor
 from mcp_cancellation.integrations._sessions import IssuedSessions
 
 from ..support import UvicornThread, async_wait_until
-from ._helpers import (
-    SSE_AND_JSON,
-    FlakyStorage,
-    Serve,
-    ToolLog,
-    build_sdk_app,
-    call_body,
-    cancel_body,
-    start_and_cancel,
-)
+from ._helpers import FlakyStorage, Serve, ToolLog, build_sdk_app, start_and_cancel
+from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 

@@ -27,7 +27,8 @@ from mcp_cancellation.integrations.mcp_sdk import (
 )
 
 from ..support import UvicornThread, async_wait_until
-from ._helpers import SSE_AND_JSON, ToolLog, call_body, cancel_body, final_message
+from ._helpers import ToolLog
+from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
 
