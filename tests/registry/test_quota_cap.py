@@ -4,6 +4,7 @@ oldest first, spilling into the next largest, and never rejects a caller under q
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -22,6 +23,23 @@ async def _fill(registry: CancellationRegistry, scope: str, ids: range) -> None:
 
 async def _present(registry: CancellationRegistry, scope: str, ids: range) -> list[int]:
     return [i for i in ids if await registry.is_cancelled(i, scope=scope)]
+
+
+Capped = Callable[[int, dict[str, int]], Awaitable[CancellationRegistry]]
+
+
+@pytest.fixture
+def capped(make_registry: MakeRegistry) -> Capped:
+    """Makes a registry capped at *max_rows* rows, with no quota, whose scopes hold
+    ``filled[scope]`` rows each (ids from 0), recorded in that order."""
+
+    async def make(max_rows: int, filled: dict[str, int]) -> CancellationRegistry:
+        registry = make_registry(max_rows=max_rows, max_rows_per_scope=None)
+        for scope, count in filled.items():
+            await _fill(registry, scope, range(count))
+        return registry
+
+    return make
 
 
 def test_defaults() -> None:
@@ -107,12 +125,8 @@ async def test_cancel_in_flight_is_subject_to_the_quota(make_registry: MakeRegis
 
 
 @one_table
-async def test_cap_evicts_the_largest_scope_not_the_caller_or_a_bystander(
-    make_registry: MakeRegistry,
-) -> None:
-    registry = make_registry(max_rows=40, max_rows_per_scope=None)  # batch of 2
-    await _fill(registry, "big", range(30))
-    await _fill(registry, "bystander", range(9))
+async def test_cap_evicts_the_largest_scope_not_the_caller_or_a_bystander(capped: Capped) -> None:
+    registry = await capped(40, {"big": 30, "bystander": 9})  # batch of 2
     await registry.cancel(0, scope="caller")
     assert await rows(registry) == {"big": 30, "bystander": 9, "caller": 1}
 
@@ -127,12 +141,8 @@ async def test_cap_evicts_the_largest_scope_not_the_caller_or_a_bystander(
 
 
 @one_table
-async def test_cap_evicts_the_callers_own_scope_when_it_is_the_largest(
-    make_registry: MakeRegistry,
-) -> None:
-    registry = make_registry(max_rows=20, max_rows_per_scope=None)  # batch of 1
-    await _fill(registry, "caller", range(15))
-    await _fill(registry, "other", range(5))
+async def test_cap_evicts_the_callers_own_scope_when_it_is_the_largest(capped: Capped) -> None:
+    registry = await capped(20, {"caller": 15, "other": 5})  # batch of 1
     await registry.cancel(99, scope="caller")
     assert await rows(registry) == {"caller": 15, "other": 5}
     assert await _present(registry, "caller", range(15)) == list(range(1, 15))
@@ -140,10 +150,8 @@ async def test_cap_evicts_the_callers_own_scope_when_it_is_the_largest(
 
 
 @one_table
-async def test_cap_spills_into_the_next_largest_scope(make_registry: MakeRegistry) -> None:
-    registry = make_registry(max_rows=100, max_rows_per_scope=None)  # batch of 5
-    await _fill(registry, "second", range(3))
-    await _fill(registry, "largest", range(4))
+async def test_cap_spills_into_the_next_largest_scope(capped: Capped) -> None:
+    registry = await capped(100, {"second": 3, "largest": 4})  # batch of 5
     for n in range(93):
         await registry.cancel(0, scope=f"single-{n}")
     assert sum((await rows(registry)).values()) == 100
@@ -179,20 +187,16 @@ async def test_full_batch_when_every_scope_holds_one_row(make_registry: MakeRegi
 
 
 @one_table
-async def test_full_batch_when_a_single_scope_holds_the_table(
-    make_registry: MakeRegistry,
-) -> None:
-    registry = make_registry(max_rows=60, max_rows_per_scope=None)  # batch of 3
-    await _fill(registry, "only", range(60))
+async def test_full_batch_when_a_single_scope_holds_the_table(capped: Capped) -> None:
+    registry = await capped(60, {"only": 60})  # batch of 3
     await registry.cancel(60, scope="only")
     assert await rows(registry) == {"only": 58}
     assert await _present(registry, "only", range(61)) == list(range(3, 61))
 
 
 @one_table
-async def test_updating_a_row_at_the_cap_evicts_nothing(make_registry: MakeRegistry) -> None:
-    registry = make_registry(max_rows=20, max_rows_per_scope=None)
-    await _fill(registry, "s", range(20))
+async def test_updating_a_row_at_the_cap_evicts_nothing(capped: Capped) -> None:
+    registry = await capped(20, {"s": 20})
     with receiving(cancellation_evicted) as evicted:
         await registry.cancel(0, "new reason", scope="s")
     assert evicted.calls == []
@@ -222,9 +226,8 @@ async def test_none_disables_only_the_cap(make_registry: MakeRegistry) -> None:
     assert sum((await rows(registry)).values()) == 1_500
 
 
-async def test_none_disables_only_the_quota(make_registry: MakeRegistry) -> None:
-    registry = make_registry(max_rows=100, max_rows_per_scope=None)
-    await _fill(registry, "s", range(1_000))
+async def test_none_disables_only_the_quota(capped: Capped) -> None:
+    registry = await capped(100, {"s": 1_000})
     counts = await rows(registry)
     assert 0 < counts["s"] <= 100
 
@@ -279,15 +282,11 @@ async def test_40_scopes_filled_one_after_another_are_never_refused(
 
 
 @one_table
-async def test_a_flood_of_one_row_scopes_is_evicted_oldest_first(
-    make_registry: MakeRegistry,
-) -> None:
+async def test_a_flood_of_one_row_scopes_is_evicted_oldest_first(capped: Capped) -> None:
     """The address-rotation shape: thousands of scopes holding one row each, behind a few
     larger ones. One evicting insert takes the larger scopes first, then the oldest
     one-row scopes, in order, on every backend (Redis drops those in bulk)."""
-    registry = make_registry(max_rows=2_400, max_rows_per_scope=None)  # batch of 120
-    await _fill(registry, "principal:big", range(30))
-    await _fill(registry, "principal:mid", range(10))
+    registry = await capped(2_400, {"principal:big": 30, "principal:mid": 10})  # batch of 120
     for i in range(2_360):
         await registry.cancel(1, None, f"ip:10.0.{i >> 8}.{i & 255}")
     with receiving(cancellation_evicted) as evicted:
