@@ -1,13 +1,25 @@
-"""Helpers for the telemetry tests: parsing a Prometheus exposition sample by sample."""
+"""Helpers for the telemetry tests: the injected OpenTelemetry providers, and parsing a
+Prometheus exposition sample by sample."""
 
 from __future__ import annotations
 
+from typing import TypedDict
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client.parser import text_string_to_metric_families
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 #: A session id used by tests; it must never appear in anything exported.
 SESSION_ID = "S3cr3t-session-0f8c2a91d7e44b1c"
+
+
+class Providers(TypedDict):
+    """A test's own providers, as ``otel.instrument(**providers)`` takes them."""
+
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
 
 
 def samples(text: str) -> Samples:

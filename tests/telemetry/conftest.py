@@ -24,6 +24,7 @@ from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 
 from ..support import MakeRegistry
 from ._otlp import Receiver
+from ._util import Providers
 
 
 @pytest.fixture
@@ -54,6 +55,11 @@ def meter_provider(metric_reader: InMemoryMetricReader) -> Iterator[MeterProvide
     provider = MeterProvider(metric_readers=[metric_reader])
     yield provider
     provider.shutdown()
+
+
+@pytest.fixture
+def providers(tracer_provider: TracerProvider, meter_provider: MeterProvider) -> Providers:
+    return {"tracer_provider": tracer_provider, "meter_provider": meter_provider}
 
 
 _SIGNALS = (

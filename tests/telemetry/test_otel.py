@@ -26,7 +26,7 @@ from mcp_cancellation.scope import ScopeLabeler
 from mcp_cancellation.telemetry import otel
 
 from ..support import MakeRegistry
-from ._util import SESSION_ID
+from ._util import SESSION_ID, Providers
 
 SESSION = f"session:{SESSION_ID}"
 
@@ -168,9 +168,7 @@ async def test_cleanup_span_spans_the_pass(
 
 @pytest.mark.usefixtures("instrumented")
 async def test_a_cleanup_pass_that_removed_nothing_leaves_no_span(
-    registry: CancellationRegistry,
-    span_exporter: InMemorySpanExporter,
-    metric_reader: InMemoryMetricReader,
+    registry: CancellationRegistry, span_exporter: InMemorySpanExporter
 ) -> None:
     """The janitor runs every minute on every worker: an idle pass is not a trace."""
     assert await registry.cleanup(ttl=300) == (0, 0)
@@ -180,12 +178,12 @@ async def test_a_cleanup_pass_that_removed_nothing_leaves_no_span(
     assert len(by_name(span_exporter.get_finished_spans(), otel.SPAN_CLEANUP)) == 1
 
 
+@pytest.mark.usefixtures("instrumented")
 async def test_a_flood_batch_leaves_the_span_room(
     make_registry: MakeRegistry,
-    tracer_provider: TracerProvider,
+    server_tracer: Tracer,
     span_exporter: InMemorySpanExporter,
     metric_reader: InMemoryMetricReader,
-    instrumented: otel.OpenTelemetryBridge,
 ) -> None:
     """An insert that evicts a flood's batch of 200 one-row scopes, inside a request span
     that already has an event of its own: an event for each of the EVICT_EVENTS largest
@@ -197,8 +195,7 @@ async def test_a_flood_batch_leaves_the_span_room(
     for scope in scopes:
         await registry.cancel(1, None, scope)
     assert not signals.cancellation_evicted.receivers  # the bridge takes the batch only
-    tracer = tracer_provider.get_tracer("server")
-    with tracer.start_as_current_span("POST /mcp (flood)") as current:
+    with server_tracer.start_as_current_span("POST /mcp (flood)") as current:
         current.add_event("app.request.parsed")
         await registry.cancel(1, None, "ip:203.0.113.9")  # evicts 200 one-row scopes
     (span,) = by_name(span_exporter.get_finished_spans(), "POST /mcp (flood)")
@@ -221,18 +218,17 @@ async def test_a_flood_batch_leaves_the_span_room(
     }
 
 
+@pytest.mark.usefixtures("instrumented")
 async def test_evictions_and_rejections(
     make_registry: MakeRegistry,
-    tracer_provider: TracerProvider,
+    server_tracer: Tracer,
     span_exporter: InMemorySpanExporter,
     metric_reader: InMemoryMetricReader,
-    instrumented: otel.OpenTelemetryBridge,
 ) -> None:
     registry: CancellationRegistry = make_registry(max_rows=2, max_rows_per_scope=2)
     await registry.cancel(1, None, SESSION)
     await registry.cancel(2, None, SESSION)
-    tracer = tracer_provider.get_tracer("server")
-    with tracer.start_as_current_span("POST /mcp"):
+    with server_tracer.start_as_current_span("POST /mcp"):
         with pytest.raises(CancellationLimitReached):
             await registry.cancel(3, None, SESSION)
         with pytest.raises(InvalidRequestId):
@@ -240,7 +236,7 @@ async def test_evictions_and_rejections(
     for _ in range(100):  # a flood outside any span: counted, no trace of its own
         with pytest.raises(InvalidRequestId):
             await registry.cancel(True, None, "ip:198.51.100.1")
-    with tracer.start_as_current_span("POST /mcp (evicting)"):
+    with server_tracer.start_as_current_span("POST /mcp (evicting)"):
         await registry.cancel(1, None, "principal:carol")  # cap reached: evicts a session row
     spans = span_exporter.get_finished_spans()
     # Rejections are events on the current span, never spans.
@@ -299,46 +295,42 @@ async def test_evictions_and_rejections(
 
 async def test_instrument_is_idempotent_and_uninstrument_stops(
     make_registry: MakeRegistry,
-    tracer_provider: TracerProvider,
-    meter_provider: MeterProvider,
+    providers: Providers,
+    server_tracer: Tracer,
     span_exporter: InMemorySpanExporter,
 ) -> None:
     registry: CancellationRegistry = make_registry()
     before = len(signals.request_cancelled.receivers)
-    first = otel.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
-    assert otel.instrument(tracer_provider=tracer_provider) is first
+    first = otel.instrument(**providers)
+    assert otel.instrument(tracer_provider=providers["tracer_provider"]) is first
     assert otel.instrumented()
-    tracer = tracer_provider.get_tracer("server")
-    with tracer.start_as_current_span("request"):
+    with server_tracer.start_as_current_span("request"):
         await registry.cancel(1)
     assert len(events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)) == 1
     otel.uninstrument()
     otel.uninstrument()
     assert not otel.instrumented()
     assert len(signals.request_cancelled.receivers) == before
-    with tracer.start_as_current_span("request"):
+    with server_tracer.start_as_current_span("request"):
         await registry.cancel(2)
     assert len(events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)) == 1
     with pytest.raises(TypeError):
-        otel.instrument(tracer_provider)  # type: ignore[arg-type]
+        otel.instrument(providers["tracer_provider"])  # type: ignore[arg-type]
 
 
 async def test_instrument_one_registry_only(
     make_registry: MakeRegistry,
-    tracer_provider: TracerProvider,
-    meter_provider: MeterProvider,
+    providers: Providers,
+    server_tracer: Tracer,
     span_exporter: InMemorySpanExporter,
 ) -> None:
     watched: CancellationRegistry = make_registry()
     other: CancellationRegistry = make_registry()
-    bridge = otel.instrument(
-        watched, tracer_provider=tracer_provider, meter_provider=meter_provider
-    )
+    bridge = otel.instrument(watched, **providers)
     assert otel.instrument(watched) is bridge
     assert otel.instrumented(watched)
     assert not otel.instrumented(other)
-    tracer = tracer_provider.get_tracer("server")
-    with tracer.start_as_current_span("request"):
+    with server_tracer.start_as_current_span("request"):
         await watched.cancel(1)
         await other.cancel(2)
         otel.uninstrument(watched)
@@ -350,15 +342,13 @@ async def test_instrument_one_registry_only(
 
 async def test_hash_key_applies_to_span_attributes(
     make_registry: MakeRegistry,
-    tracer_provider: TracerProvider,
-    meter_provider: MeterProvider,
+    providers: Providers,
+    server_tracer: Tracer,
     span_exporter: InMemorySpanExporter,
 ) -> None:
     registry: CancellationRegistry = make_registry()
-    otel.instrument(
-        registry, tracer_provider=tracer_provider, meter_provider=meter_provider, hash_key="k"
-    )
-    with tracer_provider.get_tracer("server").start_as_current_span("request"):
+    otel.instrument(registry, **providers, hash_key="k")
+    with server_tracer.start_as_current_span("request"):
         await registry.cancel(1, None, SESSION)
     ((_, event),) = events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)
     scope = (event.attributes or {})["mcp_cancellation.scope"]
@@ -371,16 +361,14 @@ def _broken_labeler(scope: str) -> str:
 
 async def test_a_failing_receiver_never_breaks_cancel(
     make_registry: MakeRegistry,
-    tracer_provider: TracerProvider,
-    meter_provider: MeterProvider,
+    providers: Providers,
+    server_tracer: Tracer,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     registry: CancellationRegistry = make_registry()
-    bridge = otel.instrument(
-        registry, tracer_provider=tracer_provider, meter_provider=meter_provider
-    )
+    bridge = otel.instrument(registry, **providers)
     bridge.labeler = _broken_labeler  # type: ignore[assignment]
-    with tracer_provider.get_tracer("server").start_as_current_span("request"):
+    with server_tracer.start_as_current_span("request"):
         await registry.cancel(1, "stop", "ip:192.0.2.1")
     assert await registry.is_cancelled(1, "ip:192.0.2.1")
     assert "exporter exploded" in caplog.text
@@ -388,15 +376,14 @@ async def test_a_failing_receiver_never_breaks_cancel(
 
 async def test_disabled_limits_export_no_point_and_no_warning(
     make_registry: MakeRegistry,
-    tracer_provider: TracerProvider,
-    meter_provider: MeterProvider,
+    providers: Providers,
     metric_reader: InMemoryMetricReader,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``max_rows=None`` reads +Inf in Prometheus; OpenTelemetry takes finite values only
     (its SDK warns "non-finite value" at every collection), so the limit has no point."""
     registry: CancellationRegistry = make_registry(max_rows=None, max_rows_per_scope=None)
-    otel.instrument(registry, tracer_provider=tracer_provider, meter_provider=meter_provider)
+    otel.instrument(registry, **providers)
     caplog.set_level(logging.WARNING)
     for _ in range(2):
         assert points(metric_reader, "mcp_cancellation.max_rows", zeros=True) == {}
@@ -406,13 +393,12 @@ async def test_disabled_limits_export_no_point_and_no_warning(
 
 async def test_row_gauges_for_one_registry(
     make_registry: MakeRegistry,
-    tracer_provider: TracerProvider,
-    meter_provider: MeterProvider,
+    providers: Providers,
     metric_reader: InMemoryMetricReader,
 ) -> None:
     registry: CancellationRegistry = make_registry(max_rows_per_scope=5)
     storage = registry.storage.identity
-    otel.instrument(registry, tracer_provider=tracer_provider, meter_provider=meter_provider)
+    otel.instrument(registry, **providers)
     await registry.cancel(1, None, "ip:192.0.2.1")
     await registry.cancel(2, None, "ip:192.0.2.9")
     async with registry.request(3, SESSION):
@@ -438,7 +424,7 @@ async def test_row_gauges_for_one_registry(
     # A second registry on the same meter provider: observed with its own storage label.
     second: CancellationRegistry = make_registry()
     other = second.storage.identity
-    otel.instrument(second, tracer_provider=tracer_provider, meter_provider=meter_provider)
+    otel.instrument(second, **providers)
     await second.cancel(1, None, "principal:dave")
     rows = points(metric_reader, "mcp_cancellation.rows")
     assert rows == {
