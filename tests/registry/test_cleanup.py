@@ -150,17 +150,20 @@ async def test_a_finished_task_is_swept_while_a_live_owner_of_the_id_stays(
     assert await in_flight(registry) == {}
 
 
+async def _track_forever(
+    registry: CancellationRegistry, request_id: int, tracked: asyncio.Event
+) -> None:
+    """Track *request_id* in scope ``s``, set *tracked*, and never return."""
+    await registry.track(request_id, scope="s")
+    tracked.set()
+    await asyncio.Event().wait()
+
+
 async def test_a_cancelled_task_that_never_untracked_is_swept(
     registry: CancellationRegistry,
 ) -> None:
     started = asyncio.Event()
-
-    async def interrupted() -> None:
-        await registry.track(5, scope="s")
-        started.set()
-        await asyncio.Event().wait()
-
-    task = asyncio.create_task(interrupted())
+    task = asyncio.create_task(_track_forever(registry, 5, started))
     await started.wait()
     assert await registry.cleanup() == CleanupResult(0, 0)  # still running
     task.cancel()
@@ -250,13 +253,7 @@ async def test_a_task_left_pending_on_a_closed_loop_is_swept() -> None:
     def worker() -> None:
         loop = asyncio.new_event_loop()
         tracked = asyncio.Event()
-
-        async def request() -> None:
-            await registry.track(11, scope="s")
-            tracked.set()
-            await asyncio.Event().wait()
-
-        task = loop.create_task(request())
+        task = loop.create_task(_track_forever(registry, 11, tracked))
         task._log_destroy_pending = False  # type: ignore[attr-defined]  # pending on purpose
         kept.append(task)
         loop.run_until_complete(tracked.wait())
