@@ -119,19 +119,31 @@ async def hold_tool(log: ToolLog, key: str) -> str:
     return "completed"
 
 
+def tools(log: ToolLog) -> list[Callable[..., Awaitable[str]]]:
+    """The four tools of the module docstring, recording in *log*."""
+
+    async def poll(seconds: float) -> str:
+        return await poll_tool(log, seconds)
+
+    async def stuck(seconds: float) -> str:
+        return await stuck_tool(log, seconds)
+
+    async def hold(key: str) -> str:
+        return await hold_tool(log, key)
+
+    async def echo(text: str) -> str:
+        return text
+
+    return [poll, stuck, hold, echo]
+
+
 #: Bearer tokens of the apps built with ``auth=True``: token -> OAuth client id.
 TOKENS = {"alice-token": "alice", "bob-token": "bob"}
 
 
-def build_sdk_app(
-    log: ToolLog,
-    *,
-    json_response: bool,
-    stateless: bool = True,
-    auth: bool = False,
-    event_store: Any = None,
-) -> Any:
-    """The SDK's ``MCPServer`` with the test tools, as a stateless Streamable HTTP app;
+def build_sdk_app(log: ToolLog, *, auth: bool = False, **http_app: Any) -> Any:
+    """The SDK's ``MCPServer`` with the test tools, as a Streamable HTTP app made with
+    *http_app* (``streamable_http_app()``'s options; stateless unless they say otherwise);
     with *auth*, behind the SDK's bearer authentication (the :data:`TOKENS`)."""
     from mcp.server.mcpserver import MCPServer
 
@@ -158,38 +170,15 @@ def build_sdk_app(
         )
     server = MCPServer("middleware-tests", log_level="WARNING", **options)
 
-    @server.tool()
-    @cancellable
-    async def poll(seconds: float) -> str:
-        return await poll_tool(log, seconds)
-
-    @server.tool()
-    async def stuck(seconds: float) -> str:
-        return await stuck_tool(log, seconds)
-
-    @server.tool()
-    async def hold(key: str) -> str:
-        return await hold_tool(log, key)
-
-    @server.tool()
-    async def echo(text: str) -> str:
-        return text
-
-    return server.streamable_http_app(
-        stateless_http=stateless, json_response=json_response, event_store=event_store
-    )
+    for tool in tools(log):
+        server.tool()(cancellable(tool) if tool.__name__ == "poll" else tool)
+    return server.streamable_http_app(**{"stateless_http": True, **http_app})
 
 
-def build_fastmcp_app(
-    log: ToolLog,
-    *,
-    json_response: bool,
-    middleware: Any = None,
-    stateless: bool = True,
-    auth: bool = False,
-) -> Any:
-    """The same tools on FastMCP (``fastmcp_middleware()`` answers -32800); with *auth*,
-    behind FastMCP's bearer authentication (the :data:`TOKENS`)."""
+def build_fastmcp_app(log: ToolLog, *, auth: bool = False, **http_app: Any) -> Any:
+    """The same tools on FastMCP (``fastmcp_middleware()`` answers -32800), as an app
+    made with *http_app* (``http_app()``'s options; stateless unless they say otherwise);
+    with *auth*, behind FastMCP's bearer authentication (the :data:`TOKENS`)."""
     from fastmcp import FastMCP
 
     from mcp_cancellation.integrations.fastmcp import fastmcp_middleware
@@ -203,25 +192,9 @@ def build_fastmcp_app(
         )
     server = FastMCP("middleware-tests-fastmcp", middleware=[fastmcp_middleware()], auth=verifier)
 
-    @server.tool
-    async def poll(seconds: float) -> str:
-        return await poll_tool(log, seconds)
-
-    @server.tool
-    async def stuck(seconds: float) -> str:
-        return await stuck_tool(log, seconds)
-
-    @server.tool
-    async def hold(key: str) -> str:
-        return await hold_tool(log, key)
-
-    @server.tool
-    async def echo(text: str) -> str:
-        return text
-
-    return server.http_app(
-        path="/mcp", stateless_http=stateless, json_response=json_response, middleware=middleware
-    )
+    for tool in tools(log):
+        server.tool(tool)
+    return server.http_app(**{"path": "/mcp", "stateless_http": True, **http_app})
 
 
 @dataclass

@@ -49,7 +49,10 @@ def serve() -> Iterator[Serve]:
         if flavour == "sdk":
             app: Any = CancellationMiddleware(
                 build_sdk_app(
-                    log, json_response=json_response, stateless=stateless, event_store=event_store
+                    log,
+                    json_response=json_response,
+                    stateless_http=stateless,
+                    event_store=event_store,
                 ),
                 registry=registry,
                 **options,
@@ -61,7 +64,7 @@ def serve() -> Iterator[Serve]:
                 log,
                 json_response=json_response,
                 middleware=[Middleware(CancellationMiddleware, registry=registry, **options)],
-                stateless=stateless,
+                stateless_http=stateless,
             )
         else:  # pragma: no cover
             raise ValueError(flavour)

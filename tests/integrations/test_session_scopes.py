@@ -82,7 +82,7 @@ async def test_a_terminated_session_is_forgotten() -> None:
     log = ToolLog()
     registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
     middleware = CancellationMiddleware(
-        build_sdk_app(log, json_response=True, stateless=False), registry=registry
+        build_sdk_app(log, json_response=True, stateless_http=False), registry=registry
     )
     assert middleware.sessions is not None
     with UvicornThread(middleware, proxy_headers=False) as server:
