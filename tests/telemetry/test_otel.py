@@ -341,17 +341,13 @@ async def test_instrument_one_registry_only(
 
 
 async def test_hash_key_applies_to_span_attributes(
-    make_registry: MakeRegistry,
-    providers: Providers,
-    server_tracer: Tracer,
-    span_exporter: InMemorySpanExporter,
+    registry: CancellationRegistry, providers: Providers, span_exporter: InMemorySpanExporter
 ) -> None:
-    registry: CancellationRegistry = make_registry()
     otel.instrument(registry, **providers, hash_key="k")
-    with server_tracer.start_as_current_span("request"):
-        await registry.cancel(1, None, SESSION)
-    ((_, event),) = events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)
-    scope = (event.attributes or {})["mcp_cancellation.scope"]
+    # Outside any span, a notification's cancellation gets a span of its own.
+    await registry.cancel(1, None, SESSION, method="notifications/cancelled")
+    (span,) = by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)
+    scope = (span.attributes or {})["mcp_cancellation.scope"]
     assert scope == ScopeLabeler("k")(SESSION) != ScopeLabeler()(SESSION)
 
 
