@@ -34,6 +34,13 @@ class Transport(NamedTuple):
     #: may refuse a POST before the SDK sees it.
     guarded: bool
 
+    @property
+    def resumable(self) -> bool:
+        """Whether a client may resume a stream it closed (stateful, SSE responses, an
+        event store): closing it then need not mean the request is abandoned."""
+        manager = self.manager
+        return not (manager.stateless or manager.json_response or manager.event_store is None)
+
 
 def find_transport(app: object, path: str) -> Transport | None:
     """The SDK transport serving *path* inside *app*, or ``None`` (not the SDK's

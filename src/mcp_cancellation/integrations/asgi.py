@@ -38,11 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._asgi import ASGIApp, Message, Receive, Scope, Send, header, route_path
 from .._config import int_limit, seconds
 from .._extras import requires
-from ..errors import (
-    ConfigurationError,
-    InvalidRequestId,
-    StorageUnavailable,
-)
+from ..errors import ConfigurationError, InvalidRequestId, StorageUnavailable
 from ..logs import plain_beside_rich
 from ..registry import CancellationRegistry
 from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of, trusted_networks
@@ -403,11 +399,7 @@ class CancellationMiddleware:
             return True
         if not _jsonrpc.is_handshake_version(header(scope, b"mcp-protocol-version")):
             return True
-        transport = self._transport
-        if transport is None:
-            return True  # an app not known to resume streams
-        manager = transport.manager
-        return bool(manager.stateless or manager.json_response or manager.event_store is None)
+        return self._transport is None or not self._transport.resumable
 
     def _find_transport(self) -> Transport | None:
         """The SDK transport inside the wrapped app, once it exists; its Host/Origin
