@@ -1,13 +1,15 @@
-"""The dashboards and alert rules as the tests load them."""
+"""The dashboards and alert rules as the tests load them, and ``promtool`` to check them."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ..processes import binary
 from ..support import project_root
 
 DASHBOARDS = project_root() / "dashboards"
@@ -42,3 +44,10 @@ def rules_with_short_for(directory: Path) -> Path:
     path = directory / "alerts-e2e.yaml"
     path.write_text(yaml.safe_dump(rules, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return path
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run Prometheus's ``promtool`` with *args* (its outcome is the caller's to check)."""
+    return subprocess.run(
+        [binary("promtool"), *args], capture_output=True, text=True, timeout=60, check=False
+    )

@@ -15,7 +15,7 @@ from mcp_cancellation import dashboards
 from mcp_cancellation.__main__ import main
 
 from ..support import project_root
-from .test_promtool import promtool
+from ._rules import promtool
 
 DASHBOARDS = project_root() / "dashboards"
 

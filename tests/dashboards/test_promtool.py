@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,19 +9,12 @@ import yaml
 
 from mcp_cancellation import dashboards
 
-from ..processes import binary
 from ..support import project_root
-from ._rules import load_dashboard, load_rules, rules_with_short_for
+from ._rules import load_dashboard, load_rules, promtool, rules_with_short_for
 
 pytestmark = pytest.mark.prometheus
 
 DASHBOARDS = project_root() / "dashboards"
-
-
-def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [binary("promtool"), *args], capture_output=True, text=True, timeout=60, check=False
-    )
 
 
 def test_check_rules() -> None:

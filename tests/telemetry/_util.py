@@ -1,13 +1,18 @@
-"""Helpers for the telemetry tests: the injected OpenTelemetry providers, and parsing a
-Prometheus exposition sample by sample."""
+"""Helpers for the telemetry tests: the injected OpenTelemetry providers and what they
+recorded, and parsing a Prometheus exposition sample by sample."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from collections.abc import Iterable
+from typing import Any, TypedDict
 
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from prometheus_client.parser import text_string_to_metric_families
+
+from mcp_cancellation import __version__
+from mcp_cancellation.telemetry import otel
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -43,3 +48,33 @@ def value(parsed: Samples, name: str, **labels: str) -> float:
 def series(parsed: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
     """Every series of one sample name, by label set."""
     return {labels: v for (n, labels), v in parsed.items() if n == name}
+
+
+def by_name(spans: Iterable[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [span for span in spans if span.name == name]
+
+
+def events(spans: Iterable[ReadableSpan], name: str) -> list[tuple[ReadableSpan, Any]]:
+    """Every event called *name*, with the span it is on, in the order they were added."""
+    return [(span, event) for span in spans for event in span.events if event.name == name]
+
+
+def points(
+    reader: InMemoryMetricReader, name: str, zeros: bool = False
+) -> dict[frozenset[Any], float]:
+    """Sum data points of one instrument, by attribute set (counters' pre-created zero
+    points left out unless *zeros*)."""
+    data = reader.get_metrics_data()
+    out: dict[frozenset[Any], float] = {}
+    assert data is not None
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            assert scope.scope.name == otel.INSTRUMENTATION_NAME
+            assert scope.scope.version == __version__
+            for metric in scope.metrics:
+                if metric.name == name:
+                    for point in metric.data.data_points:
+                        assert isinstance(point, NumberDataPoint)
+                        if zeros or point.value != 0:
+                            out[frozenset((point.attributes or {}).items())] = point.value
+    return out

@@ -22,7 +22,7 @@ from mcp_cancellation import CancellationRegistry
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.instrumentation import McpCancellationInstrumentor
 
-from .test_otel import events, points
+from ._util import events, points
 
 SCRIPT = textwrap.dedent(
     """

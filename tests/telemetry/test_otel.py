@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode, Tracer
 
@@ -19,46 +18,15 @@ from mcp_cancellation import (
     CancellationLimitReached,
     CancellationRegistry,
     InvalidRequestId,
-    __version__,
     signals,
 )
 from mcp_cancellation.scope import ScopeLabeler
 from mcp_cancellation.telemetry import otel
 
 from ..support import MakeRegistry
-from ._util import SESSION_ID, Providers
+from ._util import SESSION_ID, Providers, by_name, events, points
 
 SESSION = f"session:{SESSION_ID}"
-
-
-def by_name(spans: Iterable[ReadableSpan], name: str) -> list[ReadableSpan]:
-    return [span for span in spans if span.name == name]
-
-
-def events(spans: Iterable[ReadableSpan], name: str) -> list[tuple[ReadableSpan, Any]]:
-    """Every event called *name*, with the span it is on, in the order they were added."""
-    return [(span, event) for span in spans for event in span.events if event.name == name]
-
-
-def points(
-    reader: InMemoryMetricReader, name: str, zeros: bool = False
-) -> dict[frozenset[Any], float]:
-    """Sum data points of one instrument, by attribute set (counters' pre-created zero
-    points left out unless *zeros*)."""
-    data = reader.get_metrics_data()
-    out: dict[frozenset[Any], float] = {}
-    assert data is not None
-    for resource in data.resource_metrics:
-        for scope in resource.scope_metrics:
-            assert scope.scope.name == otel.INSTRUMENTATION_NAME
-            assert scope.scope.version == __version__
-            for metric in scope.metrics:
-                if metric.name == name:
-                    for point in metric.data.data_points:
-                        assert isinstance(point, NumberDataPoint)
-                        if zeros or point.value != 0:
-                            out[frozenset((point.attributes or {}).items())] = point.value
-    return out
 
 
 @pytest.fixture
