@@ -90,7 +90,7 @@ class _Write:
             self.done.set_result(None)
 
 
-@dataclasses.dataclass(eq=False, kw_only=True)
+@dataclasses.dataclass(eq=False, repr=False, kw_only=True)
 class Journal:
     """The tokens this worker flips and the queue of writes it owes Redis (see the module
     docstring). The token table is safe from any thread; the queue lives on the home loop."""

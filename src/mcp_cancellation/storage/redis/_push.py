@@ -68,7 +68,7 @@ class ChannelSubscription:
         return None
 
 
-@dataclasses.dataclass(eq=False, kw_only=True)
+@dataclasses.dataclass(eq=False, repr=False, kw_only=True)
 class Push:
     """The background half of one worker's Redis storage (see the module docstring)."""
 
