@@ -74,6 +74,29 @@ def pytest_runtest_makereport(
     return report
 
 
+#: The markers a test that used each Redis fixture carries.
+_REDIS_MARKERS = {
+    "redis_server": ("redis",),
+    "own_redis": ("redis",),
+    "redis_cluster": ("redis", "cluster"),
+}
+
+
+@pytest.fixture(autouse=True)
+def _redis_tests_are_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that used a Redis (a fixture's, or a redis-server it started) is marked, so
+    that ``-m "not redis"`` (``"not cluster"``) deselects every one. Checked after the test:
+    the backend matrix asks for its server only as it runs."""
+    spawned = RedisServer.spawned
+    yield
+    needed = {mark for name in request.fixturenames for mark in _REDIS_MARKERS.get(name, ())}
+    if RedisServer.spawned != spawned:
+        needed.add("redis")
+    missing = sorted(mark for mark in needed if request.node.get_closest_marker(mark) is None)
+    if missing:
+        pytest.fail(f"this test uses Redis: mark it {', '.join(missing)}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One real redis-server for the session (tests that stop it start their own)."""

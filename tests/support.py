@@ -380,8 +380,12 @@ class RedisServer(ServerContext):
     _started = False
     _new_log = ""
 
+    #: redis-server processes started so far in this process (the marker check counts them).
+    spawned = 0
+
     def _spawn(self) -> bool:
         """One start attempt; whether this process is now serving."""
+        RedisServer.spawned += 1
         offset = self.log.path.stat().st_size if self.log.path.exists() else 0
         self.process = subprocess.Popen(
             [

@@ -13,6 +13,8 @@ from mcp_cancellation.storage.base import Limits
 from ...support import async_wait_until
 from ._helpers import MakeStorage, assert_layout_in_step
 
+pytestmark = pytest.mark.redis
+
 UNBOUNDED = Limits(max_rows=None, max_rows_per_scope=None)
 
 

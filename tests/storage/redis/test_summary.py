@@ -4,6 +4,7 @@ summary is one script call whatever the size of the table."""
 
 from __future__ import annotations
 
+import pytest
 from redis.asyncio import Redis
 
 from mcp_cancellation.scope import scope_kind
@@ -11,6 +12,8 @@ from mcp_cancellation.storage import TableSummary
 from mcp_cancellation.storage.base import Limits
 
 from ._helpers import CountingConnection, MakeStorage, calls_between, command_calls, settled
+
+pytestmark = pytest.mark.redis
 
 UNBOUNDED = Limits(max_rows=None, max_rows_per_scope=None)
 
