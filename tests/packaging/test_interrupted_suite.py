@@ -31,7 +31,10 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.redis
 def test_blocked(redis_server):
     written = Path(os.environ["SERVER_PID_FILE"] + ".part")
     written.write_text(f"{os.getpid()} {redis_server.process.pid}")
@@ -142,6 +145,7 @@ def test_a_server_interrupted_while_starting_is_stopped(tmp_path: Path) -> None:
             stop_process(process)
 
 
+@pytest.mark.redis
 def test_a_redis_server_interrupted_while_starting_is_stopped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
