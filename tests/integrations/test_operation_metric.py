@@ -18,11 +18,11 @@ from mcp_cancellation.telemetry.otel import OpenTelemetryBridge
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 
 from ._helpers import Serve, start_and_cancel
-from ._jsonrpc import SSE_AND_JSON, call_body, final_message
+from ._jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, final_message
 
 pytestmark = pytest.mark.e2e
 
-VERSION = {"mcp-protocol-version": "2025-11-25"}
+VERSION = {"mcp-protocol-version": HANDSHAKE}
 
 
 def prometheus_counts(collector: CollectorRegistry) -> dict[tuple[str, str, str, str], float]:
@@ -99,7 +99,7 @@ async def test_calls_are_counted_once_and_a_cancelled_call_is_told_apart(
         )
         assert made_up.status_code in (200, 400, 404)
         initialize = {
-            "protocolVersion": "2025-11-25",
+            "protocolVersion": HANDSHAKE,
             "capabilities": {},
             "clientInfo": {"name": "metric-test", "version": "1"},
         }

@@ -14,7 +14,7 @@ from mcp_cancellation import CancellationMiddleware, CancellationRegistry
 from mcp_cancellation.storage.memory import MemoryStorage
 
 from ..support import UvicornThread, async_wait_until
-from ._helpers import Serve, refused_then_cancelled
+from ._helpers import Serve, ToolLog, build_sdk_app, refused_then_cancelled
 from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
@@ -63,19 +63,13 @@ async def test_dns_rebinding_host_cannot_cancel() -> None:
 
     registry = CancellationRegistry(janitor_interval=None)
     app = build_demo_app(registry, json_response=True, host="127.0.0.1")
-    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     with UvicornThread(app, proxy_headers=False) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
             results: list[httpx.Response] = []
 
             async def call() -> None:
-                call_body = {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "tools/call",
-                    "params": {"name": "slow_count", "arguments": {"seconds": 2}},
-                }
-                results.append(await client.post("/mcp", json=call_body, headers=headers))
+                body = call_body(1, "slow_count", {"seconds": 2})
+                results.append(await client.post("/mcp", json=body, headers=SSE_AND_JSON))
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call)
@@ -83,16 +77,11 @@ async def test_dns_rebinding_host_cannot_cancel() -> None:
                 storage: MemoryStorage = registry.storage
                 await async_wait_until(lambda: storage.stats_from_thread(0).in_flight)
                 evil = {
-                    **headers,
+                    **SSE_AND_JSON,
                     "host": f"evil.example:{server.port}",
                     "origin": f"http://evil.example:{server.port}",
                 }
-                cancel = {
-                    "jsonrpc": "2.0",
-                    "method": "notifications/cancelled",
-                    "params": {"requestId": 1},
-                }
-                refused = await client.post("/mcp", json=cancel, headers=evil)
+                refused = await client.post("/mcp", json=cancel_body(1, None), headers=evil)
                 assert refused.status_code == 421
             answer = json.loads(results[0].text)
             assert "error" not in answer, answer
@@ -136,8 +125,6 @@ async def test_the_sdk_apps_settings_are_found_through_other_layers(shape: str) 
     from starlette.middleware import Middleware
     from starlette.middleware.cors import CORSMiddleware
     from starlette.routing import Mount
-
-    from ._helpers import ToolLog, build_sdk_app
 
     registry = CancellationRegistry(janitor_interval=None)
     sdk_app = build_sdk_app(ToolLog(), json_response=True)
