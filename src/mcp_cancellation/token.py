@@ -13,12 +13,15 @@ __all__ = [
     "OUTCOMES",
     "Outcome",
     "RequestToken",
+    "TOOL_ERROR",
     "cancellation_error_type",
 ]
 
 #: The ``tool`` label of a request that calls no tool the server registered (and of any
 #: request whose tool nobody named).
 OTHER_TOOL: Final = "other"
+#: The ``error_type`` of a request answered with a tool result whose ``isError`` is true.
+TOOL_ERROR: Final = "tool_error"
 
 #: How the work of a cancelled request ended (the ``outcome`` of ``request.stopped`` and
 #: of ``mcp_cancellation_cancel_to_stop_seconds``).

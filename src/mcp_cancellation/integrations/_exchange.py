@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .._asgi import Message, Receive, Send
 from ..errors import REQUEST_CANCELLED
 from ..scope import scope_kind
-from ..token import Outcome
+from ..token import TOOL_ERROR, Outcome
 
 if TYPE_CHECKING:
     from ..registry import CancellationRegistry
@@ -322,7 +322,7 @@ class Exchange:
         if found is not None:
             self.context.token.error_type = found.group(1).decode()
         elif _TOOL_ERROR.search(body, max(0, len(body) - _TAIL)) is not None:
-            self.context.token.error_type = "tool_error"
+            self.context.token.error_type = TOOL_ERROR
 
     def _set_gone(self) -> None:
         self.gone = True

@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping
 from typing import Final
 
+from ..token import TOOL_ERROR
+
 __all__ = [
     "ALL",
     "CANCEL_TO_STOP_BUCKETS",
@@ -279,7 +281,6 @@ OPERATION_LABELS: Final = (
 #: (``"-32602"``), or ``tool_error`` for a tool result with ``isError``, as the
 #: conventions say, and any other value ``other``.
 OPERATION_CANCELLED: Final = "cancelled"
-OPERATION_TOOL_ERROR: Final = "tool_error"
 #: The methods a client may call on an MCP server; any other is counted as ``other``, so
 #: that a client cannot mint label values.
 _METHODS: Final = frozenset(
@@ -308,7 +309,7 @@ _METHODS: Final = frozenset(
 def _error_label(error_type: str | None) -> str:
     if not error_type:
         return ""
-    if error_type == OPERATION_TOOL_ERROR:
+    if error_type == TOOL_ERROR:
         return error_type
     digits = error_type.removeprefix("-")
     return error_type if digits.isdigit() and digits.isascii() and len(digits) <= 5 else "other"
