@@ -3,9 +3,9 @@
 Everything logs under the ``mcp_cancellation`` logger (the middleware one INFO line per
 cancelled call: scope kind, id, reason, how it ended). Python shows nothing at INFO unless
 configured, and MCP SDKs style the root logger; :func:`log_to_stderr` gives this package a
-plain handler of its own. Under a root logger that only Rich handlers serve (FastMCP's
-``basicConfig``), :func:`plain_beside_rich` does so by itself, at the root's level: Rich
-folds a line to its message column, 3 or 4 lines for one cancellation.
+plain handler of its own. Under a root logger that only Rich handlers serve (as the
+SDK's ``MCPServer`` sets it up), :func:`plain_beside_rich` does so by itself, at the
+root's level: Rich folds a line to its message column, 3 or 4 lines for one cancellation.
 """
 
 from __future__ import annotations
