@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Self, cast
+from typing import Any, ClassVar, Self
 
 import pytest
 import uvicorn
@@ -96,9 +96,10 @@ async def advance_table_clock(storage: Storage, seconds: float) -> None:
     """Move the clock of a Redis *storage*'s table (of each partition's) *seconds* ahead:
     its scripts never let their time fall behind ``P clock``, so the rows written so far
     are *seconds* older to the TTL sweep, and later rows are written at the new time."""
-    from mcp_cancellation.storage.redis import RedisStorage
+    from mcp_cancellation.storage.redis import PartitionedRedisStorage, RedisStorage
 
-    for table in cast(Any, storage).partitions if hasattr(storage, "partitions") else [storage]:
+    tables = storage.partitions if isinstance(storage, PartitionedRedisStorage) else [storage]
+    for table in tables:
         assert isinstance(table, RedisStorage)
         key = table.key("clock")
         last = int(await table.client.get(key) or 0)
