@@ -11,11 +11,11 @@ from typing import Any
 
 import httpx
 
-HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body
 
 
 def as_client(address: str) -> dict[str, str]:
-    return {**HEADERS, "x-forwarded-for": address}
+    return {**SSE_AND_JSON, "x-forwarded-for": address}
 
 
 @contextlib.asynccontextmanager
@@ -27,12 +27,7 @@ async def held_calls(
     tasks: list[asyncio.Task[None]] = []
 
     async def call(request_id: int) -> None:
-        body = {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "method": "tools/call",
-            "params": {"name": "stubborn_sleep", "arguments": {"seconds": seconds}},
-        }
+        body = call_body(request_id, "stubborn_sleep", {"seconds": seconds})
         async with client.stream("POST", url, json=body, headers=as_client(address)) as reply:
             async for _ in reply.aiter_raw():
                 pass
@@ -49,10 +44,6 @@ async def held_calls(
 
 async def cancel(client: httpx.AsyncClient, url: str, address: str, request_id: Any) -> int:
     """Send ``notifications/cancelled`` for *request_id* as *address*; the HTTP status."""
-    body = {
-        "jsonrpc": "2.0",
-        "method": "notifications/cancelled",
-        "params": {"requestId": request_id, "reason": "test"},
-    }
+    body = cancel_body(request_id, "test")
     reply = await client.post(url, content=json.dumps(body), headers=as_client(address))
     return reply.status_code

@@ -13,10 +13,10 @@ import pytest
 
 from mcp_cancellation import dashboards
 
+from ..jsonrpc import SSE_AND_JSON, call_body
 from ..processes import DemoProcess, PrometheusServer
 from ..support import RedisServer, wait_until
 from ._rules import load_dashboard, rules_with_short_for
-from ._traffic import HEADERS
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.e2e, pytest.mark.redis, pytest.mark.timeout(120)]
 
@@ -72,14 +72,9 @@ def test_a_redis_crash_is_visible_and_heals(tmp_path: Path) -> None:
             )
             assert alert["labels"]["severity"] == "critical"
             # Tool calls are still served while the storage is away.
-            call = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"text": "still here"}},
-            }
+            call = call_body(1, "echo", {"text": "still here"})
             reply = httpx.post(
-                f"{demo.url}/mcp", json=call, headers=HEADERS, timeout=30, trust_env=False
+                f"{demo.url}/mcp", json=call, headers=SSE_AND_JSON, timeout=30, trust_env=False
             )
             assert reply.status_code == 200
             assert "still here" in reply.text

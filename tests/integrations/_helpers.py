@@ -27,8 +27,8 @@ from mcp_cancellation.storage import StorageStats
 from mcp_cancellation.storage.base import AddResult, Storage
 from mcp_cancellation.storage.memory import MemoryStorage
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message, versioned_call
 from ..support import UvicornThread, async_wait_until
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message, versioned_call
 
 POLL = 0.02
 

@@ -13,9 +13,9 @@ from starlette.middleware import Middleware
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, MemoryStorage, signals
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body
 from ..support import UvicornThread, async_wait_until, stats_now
 from ._helpers import ToolLog, build_fastmcp_app, build_sdk_app
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 

@@ -12,9 +12,9 @@ from starlette.middleware import Middleware
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, MemoryStorage
 from mcp_cancellation.scope import SESSION_KEY
 
+from ..jsonrpc import SSE_AND_JSON, cancel_body
 from ..support import UvicornThread, async_wait_until
 from ._helpers import Serve, ToolLog, build_sdk_app, start_and_cancel
-from ._jsonrpc import SSE_AND_JSON, cancel_body
 
 pytestmark = pytest.mark.e2e
 

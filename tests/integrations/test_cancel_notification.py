@@ -15,9 +15,9 @@ from mcp_types import CallToolResult
 
 from mcp_cancellation import REQUEST_CANCELLED
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 from ..support import async_wait_until
 from ._helpers import Serve, refused_then_cancelled, start_and_cancel
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
 

@@ -25,9 +25,9 @@ from mcp_cancellation import CancellationRegistry, signals
 from mcp_cancellation.storage.memory import MemoryStorage
 from mcp_cancellation.telemetry.prometheus import metrics_app
 
+from ..jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, cancel_body, final_message
 from ..support import RedisServer, async_wait_until
 from ._helpers import Harness, Serve, call_then_hang_up, workers_sharing
-from ._jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, cancel_body, final_message
 
 TOOLS = ["poll", "stuck", "hold", "echo"]
 #: Calls to made-up tool names (nine in ten; the rest call a registered tool).

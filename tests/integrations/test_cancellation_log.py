@@ -11,9 +11,9 @@ import anyio
 import httpx
 import pytest
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body
 from ..support import async_wait_until
 from ._helpers import STREAM_CANCEL_TIMEOUT, Harness, Serve
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 

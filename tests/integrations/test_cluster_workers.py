@@ -13,9 +13,9 @@ import pytest
 
 from mcp_cancellation import REQUEST_CANCELLED, CancellationRegistry, RedisStorage
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 from ..processes import DemoProcess
 from ..support import RedisClusterServers, async_wait_until
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis, pytest.mark.cluster]
 

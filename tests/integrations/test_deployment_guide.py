@@ -18,6 +18,7 @@ import pytest
 from mcp_cancellation import REQUEST_CANCELLED, CancellationRegistry
 from mcp_cancellation.storage.redis import RedisStorage
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 from ..support import (
     RedisServer,
     ServerLog,
@@ -27,7 +28,6 @@ from ..support import (
     stop_process,
 )
 from ..telemetry._util import Samples, samples, value
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 

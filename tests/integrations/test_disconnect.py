@@ -11,9 +11,9 @@ import httpx
 import pytest
 from mcp import Client
 
+from ..jsonrpc import HANDSHAKE, MODERN, SSE_AND_JSON, cancel_body, versioned_call
 from ..support import async_wait_until
 from ._helpers import Serve, call_then_hang_up, wait_disconnect_recorded
-from ._jsonrpc import HANDSHAKE, MODERN, SSE_AND_JSON, cancel_body, versioned_call
 
 pytestmark = pytest.mark.e2e
 

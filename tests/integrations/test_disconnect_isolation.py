@@ -7,9 +7,9 @@ import anyio
 import httpx
 import pytest
 
+from ..jsonrpc import SSE_AND_JSON, call_body, final_message
 from ..support import async_wait_until
 from ._helpers import Serve
-from ._jsonrpc import SSE_AND_JSON, call_body, final_message
 
 pytestmark = pytest.mark.e2e
 

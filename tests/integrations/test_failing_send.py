@@ -20,8 +20,8 @@ from mcp_cancellation.demo import build_demo_server
 from mcp_cancellation.integrations.asgi import CancellationMiddleware
 from mcp_cancellation.storage.memory import MemoryStorage
 
+from ..jsonrpc import SSE_AND_JSON, call_body
 from ..support import UvicornThread, async_wait_until, stats_now
-from ._jsonrpc import SSE_AND_JSON, call_body
 
 pytestmark = pytest.mark.e2e
 

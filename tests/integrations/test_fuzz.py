@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ..jsonrpc import SSE_AND_JSON, call_body, jsonrpc_messages
 from ._helpers import Harness, Serve
-from ._jsonrpc import SSE_AND_JSON, call_body, jsonrpc_messages
 
 pytestmark = pytest.mark.e2e
 

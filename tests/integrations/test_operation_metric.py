@@ -17,8 +17,8 @@ from mcp_cancellation import REQUEST_CANCELLED, CancellationRegistry, MemoryStor
 from mcp_cancellation.telemetry.otel import OpenTelemetryBridge
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 
+from ..jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, final_message
 from ._helpers import Serve, start_and_cancel
-from ._jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, final_message
 
 pytestmark = pytest.mark.e2e
 

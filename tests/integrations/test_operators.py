@@ -17,9 +17,9 @@ from mcp_cancellation import REQUEST_CANCELLED, CancellationRegistry, MemoryStor
 from mcp_cancellation.admin import admin_app
 from mcp_cancellation.scope import ScopeLabeler
 
+from ..jsonrpc import SSE_AND_JSON, call_body, final_message
 from ..support import UvicornThread, async_wait_until, redis_url
 from ._helpers import Harness, Serve, workers_sharing
-from ._jsonrpc import SSE_AND_JSON, call_body, final_message
 
 pytestmark = pytest.mark.e2e
 

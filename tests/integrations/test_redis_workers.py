@@ -9,9 +9,9 @@ import pytest
 
 from mcp_cancellation import REQUEST_CANCELLED
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 from ..support import async_wait_until, redis_url
 from ._helpers import Serve, workers_sharing
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 

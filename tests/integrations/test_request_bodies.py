@@ -13,9 +13,9 @@ import pytest
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, MemoryStorage
 from mcp_cancellation._asgi import serve_lifespan
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body
 from ..support import UvicornThread, async_wait_until, stats_now
 from ._helpers import Serve
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 

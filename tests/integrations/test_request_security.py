@@ -13,9 +13,9 @@ import pytest
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry
 from mcp_cancellation.storage.memory import MemoryStorage
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 from ..support import UvicornThread, async_wait_until
 from ._helpers import Serve, ToolLog, build_sdk_app, refused_then_cancelled
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
 

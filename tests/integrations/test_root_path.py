@@ -13,9 +13,9 @@ from mcp_cancellation import REQUEST_CANCELLED, CancellationRegistry
 from mcp_cancellation.integrations.asgi import CancellationMiddleware
 from mcp_cancellation.storage.memory import MemoryStorage
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 from ..support import UvicornThread, async_wait_until
 from ._helpers import ToolLog, build_sdk_app
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
 

@@ -21,9 +21,9 @@ from mcp import Client
 
 from mcp_cancellation import signals
 
+from ..jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, cancel_body, final_message
 from ..support import async_wait_until
 from ._helpers import Harness, Serve, call_then_hang_up, start_and_cancel, wait_disconnect_recorded
-from ._jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
 

@@ -14,9 +14,9 @@ from mcp import Client
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, MemoryStorage, signals
 from mcp_cancellation.integrations._sessions import IssuedSessions
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body
 from ..support import UvicornThread, async_wait_until
 from ._helpers import FlakyStorage, Serve, ToolLog, build_sdk_app, start_and_cancel
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 

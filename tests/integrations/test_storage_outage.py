@@ -11,8 +11,8 @@ import pytest
 
 from mcp_cancellation import CancellationRegistry, MemoryStorage
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body
 from ._helpers import FlakyStorage, Serve
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body
 
 pytestmark = pytest.mark.e2e
 

@@ -26,9 +26,9 @@ from mcp_cancellation.integrations.mcp_sdk import (
     cancelled_error,
 )
 
+from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 from ..support import UvicornThread, async_wait_until
 from ._helpers import ToolLog
-from ._jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 
 pytestmark = pytest.mark.e2e
 

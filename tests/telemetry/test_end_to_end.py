@@ -23,17 +23,13 @@ from mcp_cancellation.demo import build_demo_app
 from mcp_cancellation.scope import SESSION_KEY
 from mcp_cancellation.telemetry import otel
 
+from ..jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, cancel_body
 from ..support import UvicornThread, async_wait_until, stats_now
 from ._util import SESSION_ID, samples, value
 
 pytestmark = pytest.mark.e2e
 
-HEADERS = {
-    "accept": "application/json, text/event-stream",
-    "content-type": "application/json",
-    "mcp-protocol-version": "2025-11-25",
-    "x-session": SESSION_ID,
-}
+HEADERS = {**SSE_AND_JSON, "mcp-protocol-version": HANDSHAKE, "x-session": SESSION_ID}
 
 
 class ServerSpans:
@@ -67,17 +63,8 @@ async def test_cancel_over_http_is_traced_and_counted(
         build_demo_app(registry, json_response=True, poll_interval=0.02),
         tracer_provider.get_tracer("asgi-server"),
     )
-    call = {
-        "jsonrpc": "2.0",
-        "id": 77,
-        "method": "tools/call",
-        "params": {"name": "slow_count", "arguments": {"seconds": 60}},
-    }
-    cancel = {
-        "jsonrpc": "2.0",
-        "method": "notifications/cancelled",
-        "params": {"requestId": 77, "reason": "user pressed stop"},
-    }
+    call = call_body(77, "slow_count", {"seconds": 60})
+    cancel = cancel_body(77, "user pressed stop")
     answers: dict[str, httpx.Response] = {}
     try:
         with UvicornThread(app) as server:

@@ -15,9 +15,9 @@ import httpx
 
 from mcp_cancellation.storage.redis import RedisStorage
 
+from ... import jsonrpc
 from ...support import ServerLog, project_root, start_on_free_port, stop_process
 
-HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 CALLER = "ip:127.0.0.1"  # the scope both workers derive for the test client
 
 
@@ -83,20 +83,8 @@ class Worker:
 
 
 def call_body(request_id: int, seconds: int) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": "tools/call",
-        "params": {"name": "slow_count", "arguments": {"seconds": seconds}},
-    }
-
-
-def cancel_body(request_id: int, reason: str) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "method": "notifications/cancelled",
-        "params": {"requestId": request_id, "reason": reason},
-    }
+    """A call of the demo's ``slow_count`` tool, *seconds* long."""
+    return jsonrpc.call_body(request_id, "slow_count", {"seconds": seconds})
 
 
 async def tracked(observer: RedisStorage, request_id: int) -> bool:

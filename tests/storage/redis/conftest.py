@@ -15,9 +15,10 @@ from redis.asyncio import Redis
 
 from mcp_cancellation.storage.redis import RedisStorage
 
+from ...jsonrpc import SSE_AND_JSON
 from ...support import MakeRegistry, RedisServer, Registries
 from ._helpers import MakeStorage, ObservedRedisStorage, StartWorkers
-from ._workers import HEADERS, Worker
+from ._workers import Worker
 
 
 @pytest.fixture
@@ -100,5 +101,5 @@ async def observer(server: RedisServer, prefix: str) -> AsyncIterator[RedisStora
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(headers=HEADERS, timeout=15) as client:
+    async with httpx.AsyncClient(headers=SSE_AND_JSON, timeout=15) as client:
         yield client

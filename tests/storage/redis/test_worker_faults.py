@@ -21,9 +21,10 @@ from mcp_cancellation import REQUEST_CANCELLED
 from mcp_cancellation.storage.base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
+from ...jsonrpc import cancel_body
 from ...support import RedisServer, async_wait_until
 from ._helpers import StartWorkers
-from ._workers import CALLER, Worker, call_body, cancel_body, empty, tracked
+from ._workers import CALLER, Worker, call_body, empty, tracked
 
 pytestmark = [pytest.mark.redis, pytest.mark.e2e]
 

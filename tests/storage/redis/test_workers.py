@@ -15,9 +15,10 @@ import pytest
 from mcp_cancellation import REQUEST_CANCELLED
 from mcp_cancellation.storage.redis import RedisStorage
 
+from ...jsonrpc import SSE_AND_JSON, cancel_body
 from ...support import RedisServer, async_wait_until
 from ._helpers import StartWorkers
-from ._workers import CALLER, HEADERS, call_body, cancel_body, empty, tracked
+from ._workers import CALLER, call_body, empty, tracked
 
 pytestmark = [pytest.mark.redis, pytest.mark.e2e]
 
@@ -34,7 +35,7 @@ async def test_cancel_sent_to_another_worker_stops_the_tool(
     call = asyncio.create_task(http.post(tool_worker.url, json=call_body(2, 1)))
     await async_wait_until(lambda: tracked(observer, 2), within=10)
     stranger = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
-    async with httpx.AsyncClient(transport=stranger, headers=HEADERS, timeout=15) as other:
+    async with httpx.AsyncClient(transport=stranger, headers=SSE_AND_JSON, timeout=15) as other:
         answer = await other.post(other_worker.url, json=cancel_body(2, "not yours"))
     assert answer.status_code == 202  # accepted and ignored, as MCP permits
     response = await call

@@ -1,4 +1,4 @@
-"""JSON-RPC messages as the middleware tests send and read them: the bodies of a tool
+"""JSON-RPC messages as the tests send and read them over plain HTTP: the bodies of a tool
 call and a cancellation, the headers of a client at a protocol version, and the messages
 of a JSON or SSE response."""
 
