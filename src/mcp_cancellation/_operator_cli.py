@@ -5,6 +5,13 @@ Both read a live deployment: its Redis table (``--redis URL --prefix P``, every 
 node at once) or a process's admin app (``--url``, :func:`mcp_cancellation.admin.admin_app`,
 for one process on the memory storage). Scopes are shown as the dashboards show them (a
 session as its short hash, never its id).
+
+The Redis path only reads until it cancels: it checks that the named table exists with
+the named layout (exit 2 otherwise, saying what the server holds), registers nothing and
+leaves the keyspace as it found it. Exit codes: 0 done, 1 the storage or the app could not
+answer, 2 a usage error (a wrong prefix, partition count or scope, a missing extra).
+Every field a client chose (ids, tools, reasons, scopes) is printed escaped
+(:mod:`._printable`); ``--json`` is plain JSON, whose encoder escapes them already.
 """
 
 from __future__ import annotations
@@ -17,18 +24,26 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
-from .admin import ADMIN_TOKEN_ENV, cancel_requests, list_requests
-from .errors import CancellationError
+from ._printable import printable
+from ._redaction import redact_url, scrub
+from .admin import ADMIN_TOKEN_ENV, RequestView, cancel_document, cancel_requests, list_requests
+from .errors import CancellationError, ConfigurationError
+from .scope import scope_kind
 
 __all__ = ["add_cancel_parser", "add_inspect_parser"]
 
+#: Exit codes.
+UNAVAILABLE, USAGE = 1, 2
+
 
 def _source_options(parser: argparse.ArgumentParser) -> None:
-    where = parser.add_argument_group("where the requests are (one of)")
-    where.add_argument("--redis", metavar="URL", help="the deployment's Redis (or cluster) URL")
-    where.add_argument(
+    where = parser.add_argument_group("where the requests are (exactly one)")
+    source = where.add_mutually_exclusive_group(required=True)
+    source.add_argument("--redis", metavar="URL", help="the deployment's Redis (or cluster) URL")
+    source.add_argument(
         "--url", metavar="URL", help="a process's admin app, e.g. http://h:8000/admin"
     )
     parser.add_argument(
@@ -55,7 +70,9 @@ def add_inspect_parser(subparsers: Any) -> None:
         description="List the requests in flight across every worker, oldest first.",
     )
     _source_options(inspect)
-    inspect.add_argument("--scope", help="only this scope (as the dashboards show it)")
+    inspect.add_argument(
+        "--scope", help="only this scope, as the dashboards show it (ip:203.0.113.7)"
+    )
     inspect.add_argument("--kind", help="only this scope kind (session, principal, ip, ...)")
     inspect.add_argument("--tool", help="only calls of this tool")
     inspect.add_argument(
@@ -72,7 +89,9 @@ def add_cancel_parser(subparsers: Any) -> None:
         "not apply); prints what it cancelled.",
     )
     _source_options(cancel)
-    cancel.add_argument("--scope", required=True, help="the scope (as the dashboards show it)")
+    cancel.add_argument(
+        "--scope", required=True, help="the scope, as the dashboards show it (ip:203.0.113.7)"
+    )
     which = cancel.add_mutually_exclusive_group(required=True)
     which.add_argument("--id", help="the request id")
     which.add_argument("--all", action="store_true", help="every call of the scope")
@@ -90,10 +109,13 @@ def _run_inspect(args: argparse.Namespace) -> int:
         suffix = "/requests?" + urllib.parse.urlencode(query)
         rows = _call(args, suffix, None).get("requests", [])
     else:
-        rows = _with_registry(
-            args, lambda registry: list_requests(registry, min_age=args.min_age, **filters)
-        )
-    _print(args, rows, "requests")
+
+        async def action(registry: Any) -> list[RequestView]:
+            return await list_requests(registry, min_age=args.min_age, **filters)
+
+        rows = [view.as_json() for view in _with_registry(args, action)]
+    _hint_scope(args, rows)
+    _print(args, {"requests": rows})
     return 0
 
 
@@ -106,57 +128,87 @@ def _run_cancel(args: argparse.Namespace) -> int:
             order["tool"] = args.tool
         else:
             order["all"] = True
-        rows = _call(args, "/cancel", order).get("cancelled", [])
+        document = _call(args, "/cancel", order)
     else:
-        rows = _with_registry(
-            args,
-            lambda registry: cancel_requests(
+
+        async def action(registry: Any) -> list[RequestView]:
+            return await cancel_requests(
                 registry,
                 args.scope,
                 request_id=args.id,
                 tool=args.tool,
                 every=args.all,
                 reason=args.reason,
-            ),
-        )
-    _print(args, rows, "cancelled")
+            )
+
+        document = cancel_document(_with_registry(args, action))
+    document.setdefault("cancelled", [])
+    document.setdefault("worker_gone", [])
+    _hint_scope(args, document["cancelled"] + document["worker_gone"])
+    _print(args, document)
     return 0
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, code: int = UNAVAILABLE) -> NoReturn:
     print(f"mcp-cancellation: error: {message}", file=sys.stderr)
-    raise SystemExit(1)
+    raise SystemExit(code)
+
+
+def _hint_scope(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """A scope written without its kind (``127.0.0.1`` for ``ip:127.0.0.1``) that matched
+    nothing is a usage error, with the hint."""
+    scope = args.scope
+    if rows or not scope or scope_kind(scope) != "other":
+        return
+    _fail(
+        f"nothing in flight in scope {printable(scope)!r}: a scope is written with its "
+        f"kind, as the dashboards show it: 'ip:{printable(scope)}', 'principal:NAME', "
+        "'session:HASH' or 'global'",
+        USAGE,
+    )
 
 
 def _call(args: argparse.Namespace, suffix: str, body: dict[str, Any] | None) -> dict[str, Any]:
     """One call of the admin app at ``--url``."""
     token = args.token or os.environ.get(ADMIN_TOKEN_ENV, "")
     data = None if body is None else json.dumps(body).encode("utf-8")
-    request = urllib.request.Request(
-        args.url.rstrip("/") + suffix,
-        data=data,
-        method="GET" if body is None else "POST",
-        headers={"authorization": f"Bearer {token}", "content-type": "application/json"},
-    )
+    where = redact_url(args.url)
     try:
+        request = urllib.request.Request(
+            args.url.rstrip("/") + suffix,
+            data=data,
+            method="GET" if body is None else "POST",
+            headers={"authorization": f"Bearer {token}", "content-type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=10) as answer:
             document: dict[str, Any] = json.loads(answer.read())
             return document
     except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", "replace")
-        _fail(f"the admin app at {args.url} answered {exc.code}: {detail}")
+        detail = scrub(exc.read().decode("utf-8", "replace"), [args.url, token])
+        if exc.code == 401:
+            _fail(
+                f"the admin app at {where} refused the token (401): pass the token it was "
+                f"built with (admin_app(token=...)) as --token TOKEN or ${ADMIN_TOKEN_ENV}"
+            )
+        _fail(f"the admin app at {where} answered {exc.code}: {printable(detail)}")
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        _fail(f"cannot reach the admin app at {args.url}: {exc}")
+        _fail(f"cannot reach the admin app at {where}: {scrub(exc, [args.url, token])}")
 
 
-def _with_registry(args: argparse.Namespace, action: Any) -> list[dict[str, Any]]:
-    """Run *action* (a coroutine function of a registry) on the Redis table at ``--redis``."""
-    if not args.redis:
-        _fail("give --redis URL (the deployment's table) or --url (a process's admin app)")
-    from . import CancellationRegistry
-    from .storage.redis import DEFAULT_PREFIX, PartitionedRedisStorage, RedisStorage
+def _with_registry(
+    args: argparse.Namespace, action: Callable[[Any], Awaitable[list[RequestView]]]
+) -> list[RequestView]:
+    """Run *action* (a coroutine function of a registry) on the Redis table at ``--redis``,
+    once the table is found as named."""
+    try:
+        from . import CancellationRegistry
+        from .storage.redis import DEFAULT_PREFIX, PartitionedRedisStorage, RedisStorage
+    except ImportError as exc:  # the redis extra is missing: one line, as `demo` says it
+        _fail(str(exc), USAGE)
+    if args.partitions < 1:
+        _fail("--partitions must be at least 1", USAGE)
 
-    async def run() -> list[dict[str, Any]]:
+    async def run() -> list[RequestView]:
         prefix = args.prefix or DEFAULT_PREFIX
         storage = (
             PartitionedRedisStorage.from_url(
@@ -167,37 +219,49 @@ def _with_registry(args: argparse.Namespace, action: Any) -> list[dict[str, Any]
         )
         registry = CancellationRegistry(storage, janitor_interval=None)
         try:
-            return [view.as_json() for view in await action(registry)]
+            await storage.check_table()
+            return await action(registry)
         finally:
             await registry.aclose()
 
+    where = redact_url(args.redis)
     try:
         return asyncio.run(run())
+    except ConfigurationError as exc:
+        _fail(scrub(exc, [args.redis]), USAGE)
     except CancellationError as exc:
-        _fail(f"cannot reach the storage at {args.redis}: {exc}")
+        _fail(f"cannot reach the storage at {where}: {scrub(exc, [args.redis])}")
 
 
-def _print(args: argparse.Namespace, rows: list[dict[str, Any]], what: str) -> None:
+def _print(args: argparse.Namespace, document: dict[str, list[dict[str, Any]]]) -> None:
     if args.json:
-        print(json.dumps({what: rows}, indent=1))
+        print(json.dumps(document, indent=1))
         return
-    if not rows:
-        print("no request in flight" if what == "requests" else "nothing cancelled")
+    if "requests" in document:
+        _table(document["requests"]) if document["requests"] else print("no request in flight")
         return
+    cancelled, gone = document["cancelled"], document["worker_gone"]
+    if cancelled:
+        _table(cancelled)
+    print(f"cancelled {len(cancelled)} request(s)" if cancelled else "nothing cancelled")
+    if gone:
+        print(f"not cancelled: {len(gone)} request(s) of a worker that is gone")
+        _table(gone)
+
+
+def _table(rows: list[dict[str, Any]]) -> None:
     head = ("AGE", "SCOPE", "ID", "TOOL", "WORKER", "CANCELLED")
     table = [
         (
             f"{row['age']:.1f}s",
-            row["scope"],
-            row["id"],
-            row["tool"] or "-",
-            row["worker"],
-            ("yes: " + (row["reason"] or "no reason")) if row["cancelled"] else "no",
+            printable(row["scope"]),
+            printable(row["id"]),
+            printable(row["tool"] or "-"),
+            printable(row["worker"]) + ("" if row.get("worker_alive", True) else " (gone)"),
+            ("yes: " + printable(row["reason"] or "no reason")) if row["cancelled"] else "no",
         )
         for row in rows
     ]
-    widths = [max(len(str(r[i])) for r in (head, *table)) for i in range(len(head))]
+    widths = [max(len(r[i]) for r in (head, *table)) for i in range(len(head))]
     for line in (head, *table):
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)))
-    if what == "cancelled":
-        print(f"cancelled {len(rows)} request(s)")
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))

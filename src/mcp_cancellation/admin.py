@@ -4,9 +4,10 @@ What an alert or a dashboard names (a scope, a tool), an operator acts on here, 
 ``pg_stat_activity`` and ``pg_cancel_backend``: :func:`list_requests` lists the requests
 in flight in every worker that shares the registry's table, :func:`cancel_requests`
 cancels those of one scope (by id, by tool, or all), as the operator (the quota does not
-apply; ``request.cancelled`` carries ``method="operator"``). Scopes are shown as the
-dashboards show them: a session as its short hash, never its id (see
-:class:`~mcp_cancellation.scope.ScopeLabeler`), and a scope may be named either way.
+apply; ``request.cancelled`` carries ``method="operator"``, sent by the worker whose call
+it stops). Scopes are shown and named as the dashboards show them: a session as its short
+hash, never its id (see :class:`~mcp_cancellation.scope.ScopeLabeler`); only that label
+selects, so no caller can choose a raw scope that an operator's selection also hits.
 
 :func:`admin_app` serves both as JSON behind a bearer token, to mount beside ``/metrics``
 (never on the MCP path); the ``mcp-cancellation inspect`` and ``cancel`` commands call it
@@ -15,6 +16,7 @@ dashboards show them: a session as its short hash, never its id (see
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import logging
@@ -26,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._asgi import Receive, Scope, Send, header, send_response, served_unless_http
+from ._printable import printable
 from .errors import CancellationError, ConfigurationError, StorageUnavailable
 from .scope import ScopeLabeler, scope_kind
 
@@ -38,6 +41,7 @@ __all__ = [
     "AdminApp",
     "RequestView",
     "admin_app",
+    "cancel_document",
     "cancel_requests",
     "list_requests",
 ]
@@ -61,6 +65,9 @@ class RequestView:
     worker: str
     cancelled: bool
     reason: str | None
+    #: Whether the worker running it is alive: a dead worker's call cannot be stopped
+    #: (its row goes with the next cleanup).
+    worker_alive: bool = True
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,6 +88,7 @@ def _views(
                 worker=r.worker,
                 cancelled=r.cancelled,
                 reason=r.reason,
+                worker_alive=r.alive,
             ),
             r,
         )
@@ -102,7 +110,7 @@ def _selected(
     return [
         (view, request)
         for view, request in pairs
-        if (scope is None or scope in (view.scope, request.scope))
+        if (scope is None or view.scope == scope)
         and (kind is None or view.scope_kind == kind)
         and (tool is None or view.tool == tool)
         and (min_age is None or view.age >= min_age)
@@ -119,8 +127,8 @@ async def list_requests(
     min_age: float | None = None,
     hash_key: str | bytes | None = None,
 ) -> list[RequestView]:
-    """The requests in flight, oldest first, filtered by scope (as shown, or raw), scope
-    kind, tool and minimum age (seconds)."""
+    """The requests in flight, oldest first, filtered by scope (as the dashboards show
+    it), scope kind, tool and minimum age (seconds)."""
     pairs = _views(await registry.requests(), ScopeLabeler(hash_key))
     chosen = _selected(pairs, scope=scope, kind=kind, tool=tool, min_age=min_age)
     return [view for view, _ in chosen]
@@ -136,9 +144,11 @@ async def cancel_requests(
     reason: str | None = None,
     hash_key: str | bytes | None = None,
 ) -> list[RequestView]:
-    """Cancel, as the operator, the requests in flight of *scope* (as shown, or raw): the
-    one with *request_id*, those calling *tool*, or *every* one. Returns those cancelled
-    (each logged). Exactly one of *request_id*, *tool* and *every* must be given."""
+    """Cancel, as the operator, the requests in flight of *scope* (as the dashboards show
+    it): the one with *request_id*, those calling *tool*, or *every* one. Exactly one of
+    *request_id*, *tool* and *every* must be given. Returns those cancelled (each logged,
+    ``cancelled`` true) and those of a dead worker, which cannot be stopped
+    (``worker_alive`` false, left as they were)."""
     if sum((request_id is not None, tool is not None, every)) != 1:
         raise ConfigurationError("give exactly one of an id, a tool, or all")
     if not scope:
@@ -150,19 +160,28 @@ async def cancel_requests(
     done: list[RequestView] = []
     seen: set[tuple[str, str]] = set()
     for view, request in chosen:
+        if not view.worker_alive:
+            logger.info(
+                "not cancelled: request %s in scope %s runs on worker %s, which is gone",
+                printable(view.id),
+                printable(view.scope),
+                printable(view.worker),
+            )
+            done.append(view)
+            continue
         if (request.scope, request.request_id) in seen:
             continue  # one cancellation reaches every owner of the request
         seen.add((request.scope, request.request_id))
         if await registry.cancel_as_operator(request.request_id, reason, request.scope):
             logger.info(
                 "operator cancelled request %s in scope %s (tool %s, worker %s): %s",
-                view.id,
-                view.scope,
-                view.tool or "-",
-                view.worker,
-                reason or "no reason given",
+                printable(view.id),
+                printable(view.scope),
+                printable(view.tool or "-"),
+                printable(view.worker),
+                printable(reason or "no reason given"),
             )
-            done.append(view)
+            done.append(dataclasses.replace(view, cancelled=True, reason=view.reason or reason))
     return done
 
 
@@ -171,17 +190,20 @@ class AdminApp:
     ``POST <mount>/cancel``, each behind ``Authorization: Bearer <token>``."""
 
     def __init__(
-        self, registry: CancellationRegistry, token: str, hash_key: str | bytes | None
+        self, registry: CancellationRegistry, token: str, hash_key: str | bytes | None = None
     ) -> None:
+        if not isinstance(token, str) or not token.strip():
+            raise ConfigurationError(f"an admin app needs a token (token= or ${ADMIN_TOKEN_ENV})")
         self.registry = registry
-        self._token = token.encode("utf-8")
+        self._token = token.strip().encode("utf-8")
         self._hash_key = hash_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if await served_unless_http(scope, receive, send):
             return
         if not self._authorized(scope):
-            await _json(send, 401, {"error": "a valid bearer token is required"}, bearer=True)
+            error = "a valid bearer token is required: Authorization: Bearer <token>"
+            await _json(send, 401, {"error": error}, bearer=True)
             return
         path = str(scope.get("path", "")).removeprefix(str(scope.get("root_path", "")))
         method = scope.get("method")
@@ -248,7 +270,17 @@ class AdminApp:
             reason=order.get("reason"),
             hash_key=self._hash_key,
         )
-        await _json(send, 200, {"cancelled": [v.as_json() for v in views]})
+        await _json(send, 200, cancel_document(views))
+
+
+def cancel_document(views: Iterable[RequestView]) -> dict[str, list[dict[str, Any]]]:
+    """:func:`cancel_requests`' answer as the admin app and ``cancel --json`` give it: the
+    requests ``cancelled``, and those whose worker is gone (``worker_gone``)."""
+    views = list(views)
+    return {
+        "cancelled": [v.as_json() for v in views if v.worker_alive],
+        "worker_gone": [v.as_json() for v in views if not v.worker_alive],
+    }
 
 
 async def _json(send: Send, status: int, document: Any, *, bearer: bool = False) -> None:
@@ -271,6 +303,4 @@ def admin_app(
     answered 401. Mount it beside ``/metrics``, never on the MCP path. *hash_key* is the
     bridges' key for session labels (the same on every worker)."""
     token = token if token is not None else os.environ.get(ADMIN_TOKEN_ENV, "")
-    if not token or not token.strip():
-        raise ConfigurationError(f"admin_app needs a token (token= or ${ADMIN_TOKEN_ENV})")
-    return AdminApp(registry, token.strip(), hash_key)
+    return AdminApp(registry, token, hash_key)

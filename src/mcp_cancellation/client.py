@@ -21,10 +21,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ._extras import requires
+from ._redaction import redact_url, scrub
 
 with requires("mcp", "mcp-cancellation client"):
     import anyio
@@ -192,7 +194,7 @@ async def with_client(url: str, after: float, mode: str) -> bool:
 
 async def main(url: str, after: float) -> int:
     """All three steps; 0 when every call was cancelled."""
-    print(f"1. raw HTTP: cancel from a second connection ({url})")
+    print(f"1. raw HTTP: cancel from a second connection ({redact_url(url)})")
     final = await raw_http(url, after)
     ok = final is not None and final.get("error", {}).get("code") == -32800
     print("2. mcp client, protocol 2025-11-25: the client POSTs notifications/cancelled")
@@ -220,5 +222,20 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the three steps from parsed arguments."""
-    return asyncio.run(main(args.url, args.after))
+    """Run the three steps from parsed arguments (a server that cannot be reached is
+    one line, its URL without credentials)."""
+    try:
+        return asyncio.run(main(args.url, args.after))
+    except (OSError, httpx.HTTPError, httpx2.HTTPError, ExceptionGroup) as exc:
+        unreachable = (OSError, httpx.HTTPError, httpx2.HTTPError)
+        if isinstance(exc, ExceptionGroup) and not exc.subgroup(unreachable):
+            raise
+        first = exc
+        while isinstance(first, ExceptionGroup):
+            first = first.exceptions[0]
+        detail = scrub(first, [args.url])
+        print(
+            f"mcp-cancellation client: cannot reach {redact_url(args.url)}: {detail}",
+            file=sys.stderr,
+        )
+        return 1

@@ -33,7 +33,7 @@ from .request_context import RequestContext
 from .scope import rows_by_kind
 from .storage import storage_from_environment
 from .storage.base import AddResult, InFlightRequest, Limits, Storage, StorageStats
-from .token import RequestToken
+from .token import OPERATOR, RequestToken
 
 __all__ = [
     "QUOTA_MODES",
@@ -45,9 +45,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("mcp_cancellation")
-
-#: The ``method`` of ``request.cancelled`` for an operator's cancellation.
-OPERATOR = "operator"
 
 
 class CleanupResult(NamedTuple):
@@ -208,7 +205,10 @@ class CancellationRegistry:
             )
         if outcome == "not_in_flight":
             return False
-        if signals.request_cancelled.receivers:
+        # An operator's cancellation is reported by the tokens it flips, in the process
+        # whose call it stops (see _token_cancelled), not here: the operator's process
+        # (the CLI, or an admin app on another worker) runs none of them.
+        if method != OPERATOR and signals.request_cancelled.receivers:
             signals.request_cancelled.send(
                 self, request_id=key, scope=scope, reason=text, method=method
             )
@@ -285,7 +285,12 @@ class CancellationRegistry:
         if not quota:
             limits = dataclasses.replace(limits, max_rows_per_scope=None, shadow_quota=False)
         result = await self._storage.add(
-            scope, key, text, limits=limits, require_in_flight=in_flight
+            scope,
+            key,
+            text,
+            limits=limits,
+            require_in_flight=in_flight,
+            operator=method == OPERATOR,
         )
         return self._report(result, key, scope, text, method)
 
@@ -305,6 +310,14 @@ class CancellationRegistry:
                 self, request_id=token.request_id, scope=token.scope, reason=reason, method=method
             )
         return True
+
+    def _token_cancelled(self, token: RequestToken, reason: str | None, method: str) -> None:
+        """A token this registry tracks was flipped by a cancellation of *method* that any
+        process may have issued (an operator's): report it here, where the call runs."""
+        if signals.request_cancelled.receivers:
+            signals.request_cancelled.send(
+                self, request_id=token.request_id, scope=token.scope, reason=reason, method=method
+            )
 
     async def cancel_as_operator(
         self, request_id: object, reason: object = None, scope: str = "global"
@@ -390,6 +403,7 @@ class CancellationRegistry:
         ``request.ended``. If it was cancelled, the block's exit sends
         ``request.stopped``; every block's exit sends ``request.ended``."""
         token = RequestToken("", scope, tool, method=method, protocol_version=protocol_version)
+        token._report = self._token_cancelled
         return RequestContext(self, self._owners, self._storage, request_id, token)
 
     # -- maintenance -------------------------------------------------------------------

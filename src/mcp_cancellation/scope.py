@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import ipaddress
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
@@ -249,6 +250,8 @@ DEFAULT_HASH_KEY = b"mcp-cancellation/scope-label/v1"
 #: Scopes longer than this are shortened in labels.
 MAX_LABEL_CHARS = 128
 _DIGEST_HEX = 12
+#: How a shortened label ends: ``~`` and the digest of the whole scope.
+_SHORTENED = re.compile(r"~[0-9a-f]{12}\Z")
 _CACHE_SIZE = 4096
 
 
@@ -284,7 +287,9 @@ class ScopeLabeler:
             return label
         if scope.startswith("session:"):
             label = "session:" + self.digest(scope[len("session:") :])
-        elif len(scope) > MAX_LABEL_CHARS:
+        elif len(scope) > MAX_LABEL_CHARS or _SHORTENED.search(scope):
+            # (A scope that already ends as a shortened label does is shortened too: no
+            # caller can choose a scope whose label is another's.)
             label = scope[: MAX_LABEL_CHARS - _DIGEST_HEX - 1] + "~" + self.digest(scope)
         else:
             label = scope

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Final, Literal
 
 from .errors import RequestCancelled
 
 __all__ = [
+    "OPERATOR",
     "OTHER_TOOL",
     "OUTCOMES",
     "Outcome",
@@ -20,6 +22,8 @@ __all__ = [
 #: The ``tool`` label of a request that calls no tool the server registered (and of any
 #: request whose tool nobody named).
 OTHER_TOOL: Final = "other"
+#: The ``method`` of ``request.cancelled`` for an operator's cancellation.
+OPERATOR: Final = "operator"
 #: The ``error_type`` of a request answered with a tool result whose ``isError`` is true.
 TOOL_ERROR: Final = "tool_error"
 
@@ -53,6 +57,7 @@ class RequestToken:
         "_observed",
         "_outcome",
         "_reason",
+        "_report",
         "cancelled",
         "error_type",
         "method",
@@ -92,6 +97,8 @@ class RequestToken:
         self._cancelled_at = 0.0
         self._observed = False
         self._outcome: Outcome | None = None
+        #: Set by the registry that tracks the token (see :meth:`_cancel`).
+        self._report: Callable[[RequestToken, str | None, str], None] | None = None
 
     @property
     def reason(self) -> str | None:
@@ -135,13 +142,18 @@ class RequestToken:
             self._observed = True
             raise cancellation_error_type.get()(self._reason)
 
-    def _cancel(self, reason: str | None = None) -> None:
+    def _cancel(self, reason: str | None = None, method: str | None = None) -> None:
         """Flip the token (for the registry and the storages; idempotent, keeps the first
-        reason)."""
+        reason). A *method* given here (an operator's cancellation, which any process may
+        have issued) is reported by the registry that tracks the token, from the process
+        whose call it stops: that process counts it."""
         if not self.cancelled:
             self._reason = reason
             self._cancelled_at = time.monotonic()
             self.cancelled = True
+            report = self._report
+            if method is not None and report is not None:
+                report(self, reason, method)
 
     def __repr__(self) -> str:
         state = "cancelled" if self.cancelled else "active"

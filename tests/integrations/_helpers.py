@@ -11,7 +11,9 @@ run on the server thread, the tests on their own loop):
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import sys
 import threading
 import time
 import uuid
@@ -22,7 +24,12 @@ from typing import Any
 import anyio
 import httpx
 
-from mcp_cancellation import CancellationRegistry, StorageUnavailable, current_token
+from mcp_cancellation import (
+    REQUEST_CANCELLED,
+    CancellationRegistry,
+    StorageUnavailable,
+    current_token,
+)
 from mcp_cancellation.storage import StorageStats
 from mcp_cancellation.storage.base import AddResult, Storage
 from mcp_cancellation.storage.memory import MemoryStorage
@@ -392,3 +399,44 @@ async def wait_disconnect_recorded(harness: Harness, key: str) -> None:
     assert recorded["reason"] == "client disconnected"
     assert recorded["request_id"] == key
     assert recorded["scope"] == "ip:127.0.0.1"
+
+
+async def cli(*args: str) -> tuple[int, str, str]:
+    """``mcp-cancellation ARGS`` in a process of its own (the servers keep running)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "mcp_cancellation",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+class Calls:
+    """Long ``poll`` calls running in the background; their answers once they end."""
+
+    def __init__(self, tg: anyio.abc.TaskGroup) -> None:
+        self._tg = tg
+        self.answers: dict[str, dict[str, Any]] = {}
+
+    def start(
+        self, client: httpx.AsyncClient, harness: Harness, request_id: str, **headers: str
+    ) -> None:
+        async def call() -> None:
+            response = await client.post(
+                harness.url,
+                json=call_body(request_id, "poll", {"seconds": 30}),
+                headers={**SSE_AND_JSON, **headers},
+            )
+            self.answers[request_id] = final_message(response)
+
+        self._tg.start_soon(call)
+
+    async def ended(self, *request_ids: str) -> None:
+        await async_wait_until(lambda: all(r in self.answers for r in request_ids), within=15)
+        for request_id in request_ids:
+            assert self.answers[request_id]["error"]["code"] == REQUEST_CANCELLED

@@ -13,11 +13,17 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
 from prometheus_client import CollectorRegistry
 
-from mcp_cancellation import REQUEST_CANCELLED, CancellationRegistry, MemoryStorage
+from mcp_cancellation import (
+    REQUEST_CANCELLED,
+    CancellationMiddleware,
+    CancellationRegistry,
+    MemoryStorage,
+)
 from mcp_cancellation.telemetry.otel import OpenTelemetryBridge
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 
 from ..jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, final_message
+from ..support import UvicornThread
 from ._helpers import Serve, start_and_cancel
 
 pytestmark = pytest.mark.e2e
@@ -142,8 +148,9 @@ async def test_calls_are_counted_once_and_a_cancelled_call_is_told_apart(
     [
         ("-32602", "-32602"),
         ("tool_error", "tool_error"),
-        ("-3260200", "other"),
-        ("x" * 40, "other"),
+        ("-3260200", "_OTHER"),
+        ("-32099", "_OTHER"),
+        ("x" * 40, "_OTHER"),
     ],
 )
 async def test_an_error_type_is_bounded(error_type: str, label: str) -> None:
@@ -155,5 +162,69 @@ async def test_an_error_type_is_bounded(error_type: str, label: str) -> None:
         async with registry.request(1, "ip:192.0.2.1", method="tools/call") as token:
             token.error_type = error_type
         assert prometheus_counts(collector) == {("tools/call", "", label, ""): 1}
+    finally:
+        prometheus.uninstall()
+
+
+def hostile_app(registry: CancellationRegistry, json_response: bool) -> Any:
+    """An SDK server whose tools answer what the caller asks: ``mirror`` returns its
+    payload as structured output, ``fail`` raises a JSON-RPC error of any code."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.shared.exceptions import MCPError
+
+    server = MCPServer("hostile", log_level="WARNING")
+
+    @server.tool()
+    async def mirror(payload: dict[str, Any]) -> dict[str, Any]:
+        return payload
+
+    @server.tool()
+    async def fail(code: int) -> str:
+        raise MCPError(code=code, message="as asked")
+
+    app = server.streamable_http_app(stateless_http=True, json_response=json_response)
+    return CancellationMiddleware(app, registry=registry, tools=["mirror", "fail"])
+
+
+@pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
+async def test_error_type_is_read_from_the_envelope_only_and_bounded(
+    http: httpx.AsyncClient, json_response: bool
+) -> None:
+    """A tool's output that mentions an error or ``isError`` counts for nothing; a flood of
+    distinct error codes makes no new series."""
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    collector = CollectorRegistry()
+    prometheus = PrometheusBridge(registry, collector_registry=collector).install()
+    headers = {**SSE_AND_JSON, **VERSION}
+    try:
+        with UvicornThread(hostile_app(registry, json_response)) as server:
+            url = server.url + "/mcp"
+            forged = [
+                {"error": {"code": 404, "message": "not found"}},
+                {"isError": True},
+                {"deep": {"isError": True}},
+                {"text": '"error":{"code":-32602}'},
+            ]
+            for n, payload in enumerate(forged):
+                answer = await http.post(
+                    url, json=call_body(f"m{n}", "mirror", {"payload": payload}), headers=headers
+                )
+                result = final_message(answer)["result"]
+                assert result["isError"] is False
+                assert result["structuredContent"] == payload
+            for code in range(-40_000, -40_000 + 300):
+                answer = await http.post(
+                    url, json=call_body(f"f{code}", "fail", {"code": code}), headers=headers
+                )
+                assert final_message(answer)["error"]["code"] == code
+            answer = await http.post(
+                url, json=call_body("known", "fail", {"code": -32602}), headers=headers
+            )
+            assert final_message(answer)["error"]["code"] == -32602
+        assert prometheus_counts(collector) == {
+            ("tools/call", "mirror", "", HANDSHAKE): len(forged),
+            ("tools/call", "fail", "_OTHER", HANDSHAKE): 300,
+            ("tools/call", "fail", "-32602", HANDSHAKE): 1,
+        }
     finally:
         prometheus.uninstall()

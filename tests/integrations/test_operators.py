@@ -4,68 +4,23 @@ on a Redis table shared by two workers. Real uvicorn servers, real HTTP, the rea
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
-from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from mcp_cancellation import REQUEST_CANCELLED, CancellationRegistry, MemoryStorage
+from mcp_cancellation import CancellationRegistry, MemoryStorage
 from mcp_cancellation.admin import admin_app
 from mcp_cancellation.scope import ScopeLabeler
 
-from ..jsonrpc import SSE_AND_JSON, call_body, final_message
-from ..support import UvicornThread, async_wait_until, redis_url
-from ._helpers import Harness, Serve, workers_sharing
+from ..support import UvicornThread, redis_url
+from ._helpers import Calls, Serve, cli, workers_sharing
 
 pytestmark = pytest.mark.e2e
 
 TOKEN = "operator-secret-token"
 SECRETS = {"alice": "alice-session-0b3f6d7e", "bob": "bob-session-9c1a2e44"}
-
-
-async def cli(*args: str) -> tuple[int, str, str]:
-    """``mcp-cancellation ARGS`` in a process of its own (the servers keep running)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "mcp_cancellation",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
-
-
-class Calls:
-    """Long ``poll`` calls running in the background; their answers once they end."""
-
-    def __init__(self, tg: anyio.abc.TaskGroup) -> None:
-        self._tg = tg
-        self.answers: dict[str, dict[str, Any]] = {}
-
-    def start(
-        self, client: httpx.AsyncClient, harness: Harness, request_id: str, **headers: str
-    ) -> None:
-        async def call() -> None:
-            response = await client.post(
-                harness.url,
-                json=call_body(request_id, "poll", {"seconds": 30}),
-                headers={**SSE_AND_JSON, **headers},
-            )
-            self.answers[request_id] = final_message(response)
-
-        self._tg.start_soon(call)
-
-    async def ended(self, *request_ids: str) -> None:
-        await async_wait_until(lambda: all(r in self.answers for r in request_ids), within=15)
-        for request_id in request_ids:
-            assert self.answers[request_id]["error"]["code"] == REQUEST_CANCELLED
 
 
 async def test_the_admin_app_lists_and_cancels_one_scope_and_refuses_bad_tokens(

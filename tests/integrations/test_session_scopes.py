@@ -14,7 +14,7 @@ from mcp import Client
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, MemoryStorage, signals
 from mcp_cancellation.integrations._sessions import IssuedSessions
 
-from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body
+from ..jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, cancel_body
 from ..support import UvicornThread, async_wait_until
 from ._helpers import FlakyStorage, Serve, ToolLog, build_sdk_app, start_and_cancel
 
@@ -78,7 +78,10 @@ async def test_a_session_id_the_server_never_issued_scopes_nothing(
     await harness.wait_empty()
 
 
-async def test_a_terminated_session_is_forgotten() -> None:
+async def test_sessions_are_the_sdk_s_own_table_and_end_with_it() -> None:
+    """The middleware keeps no copy of an SDK server's sessions (a bounded copy could
+    forget a session the SDK still accepts): it asks the SDK's table, which the client's
+    DELETE empties. (This also pins where SDK 2.x keeps that table.)"""
     log = ToolLog()
     registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
     middleware = CancellationMiddleware(
@@ -88,11 +91,70 @@ async def test_a_terminated_session_is_forgotten() -> None:
     with UvicornThread(middleware, proxy_headers=False) as server:
         url = server.url + "/mcp"
         async with Client(url, mode="legacy") as client:
-            assert len(middleware.sessions) == 1  # learned from the answer to initialize
             assert not (await client.call_tool("echo", {"text": "hi"})).is_error
+            transport = middleware._transport
+            assert transport is not None
+            table = transport.manager._server_instances
+            assert isinstance(table, dict)
+            (session_id,) = table
+            assert transport.session_open(session_id) is True
+            assert len(middleware.sessions) == 0  # no second copy
         # The client's DELETE ended the session.
-        await async_wait_until(lambda: len(middleware.sessions or ()) == 0)
+        await async_wait_until(lambda: transport.session_open(session_id) is False)
     await registry.aclose()
+
+
+async def open_session(http: httpx.AsyncClient, url: str) -> dict[str, str]:
+    """A new session of a stateful server, raw: the headers its requests carry."""
+    headers = {**SSE_AND_JSON, "mcp-protocol-version": HANDSHAKE}
+    params = {
+        "protocolVersion": HANDSHAKE,
+        "capabilities": {},
+        "clientInfo": {"name": "flood", "version": "1"},
+    }
+    answer = await http.post(
+        url,
+        json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params},
+        headers=headers,
+    )
+    assert answer.status_code == 200, answer.text
+    headers["mcp-session-id"] = answer.headers["mcp-session-id"]
+    done = await http.post(
+        url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers
+    )
+    assert done.status_code == 202
+    return headers
+
+
+async def test_a_flood_of_sessions_never_makes_two_sessions_share_a_scope(
+    serve: Serve, http: httpx.AsyncClient
+) -> None:
+    """However many sessions were opened since, two sessions at one address stay apart:
+    the victim's call is not cancelled by another session naming its id."""
+    harness = serve("sdk", json_response=True, stateless=False)
+    server: Any = harness.server.config.app
+    assert server.sessions is not None
+    server.sessions.limit = 1  # (a learned copy this small would forget at once)
+    victim = await open_session(http, harness.url)
+    attacker = await open_session(http, harness.url)
+    for _ in range(5):
+        await open_session(http, harness.url)
+    answers: dict[str, Any] = {}
+
+    async def call() -> None:
+        answer = await http.post(
+            harness.url, json=call_body(7, "poll", {"seconds": 2}), headers=victim
+        )
+        answers["victim"] = answer.json()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(call)
+        await harness.wait_started()
+        refused = await http.post(harness.url, json=cancel_body(7), headers=attacker)
+        assert refused.status_code == 202  # (MCP: an unknown id is ignored)
+    assert "result" in answers["victim"], answers  # ran to its end
+    assert harness.cancellations == []
+    await harness.wait_empty()
 
 
 def test_issued_sessions_are_bounded_least_recently_used_first() -> None:

@@ -12,7 +12,8 @@ import pytest
 from mcp_cancellation import CancellationRegistry, MemoryStorage
 
 from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body
-from ._helpers import FlakyStorage, Serve
+from ..support import RedisServer, async_wait_until
+from ._helpers import Calls, FlakyStorage, Serve, workers_sharing
 
 pytestmark = pytest.mark.e2e
 
@@ -112,3 +113,43 @@ async def test_a_storage_down_at_start_up_is_reported_before_any_request(
         assert "Connection refused" in caplog.text or "Errno 111" in caplog.text
     finally:
         await registry.aclose()
+
+
+@pytest.mark.redis
+async def test_with_redis_down_the_worker_running_a_call_still_cancels_it(
+    serve: Serve, http: httpx.AsyncClient
+) -> None:
+    """The receiving worker knows its own calls: it stops them (202); a call it cannot
+    see (another worker's) gets 503, never a 202 that does nothing."""
+    with RedisServer() as redis_server:
+        async with workers_sharing(redis_server.url) as registries:
+            near, far = (serve(json_response=True, registry=r, tools=["poll"]) for r in registries)
+            async with anyio.create_task_group() as tg:
+                calls = Calls(tg)
+                calls.start(http, near, "mine")
+                calls.start(http, far, "theirs")
+                await near.wait_started(1)
+                await far.wait_started(1)
+                redis_server.stop()
+                elsewhere = await http.post(
+                    near.url, json=cancel_body("theirs"), headers=SSE_AND_JSON
+                )
+                assert elsewhere.status_code == 503
+                here = await http.post(near.url, json=cancel_body("mine"), headers=SSE_AND_JSON)
+                assert here.status_code == 202
+                await calls.ended("mine")
+                assert "theirs" not in calls.answers  # not cancelled, and not lost silently
+                redis_server.start()
+                again = await http.post(far.url, json=cancel_body("theirs"), headers=SSE_AND_JSON)
+                assert again.status_code in (202, 503)
+                if again.status_code == 503:  # the worker is still reconnecting: retry
+                    await async_wait_until(
+                        lambda: _accepted(http, far.url, "theirs"), within=15, interval=0.2
+                    )
+                await calls.ended("theirs")
+            assert [c["method"] for c in near.cancellations] == ["notifications/cancelled"]
+
+
+async def _accepted(http: httpx.AsyncClient, url: str, request_id: str) -> bool:
+    answer = await http.post(url, json=cancel_body(request_id), headers=SSE_AND_JSON)
+    return answer.status_code == 202

@@ -125,3 +125,53 @@ def test_every_option_with_a_default_says_it_in_help(command: str) -> None:
         and "default" not in action.help
     ]
     assert silent == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "extra"),
+    [
+        (["inspect", "--redis", "redis://127.0.0.1:1/0"], "redis"),
+        (
+            ["cancel", "--redis", "redis://127.0.0.1:1/0", "--scope", "ip:192.0.2.1", "--all"],
+            "redis",
+        ),
+    ],
+)
+def test_an_operator_command_without_its_extra_is_one_line(
+    bare_venv: Path, arguments: list[str], extra: str
+) -> None:
+    command = bare_venv.parent / "mcp-cancellation"
+    done = subprocess.run(
+        [str(command), *arguments], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert f"needs the {extra} extra: pip install 'mcp-cancellation[{extra}]'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_dashboards_check_without_pyyaml_names_its_extra(
+    bare_venv: Path, tmp_path: Path
+) -> None:
+    export = subprocess.run(
+        [str(bare_venv.parent / "mcp-cancellation"), "dashboards", "export", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert export.returncode == 0, export.stderr
+    check = [str(bare_venv), "-m", "mcp_cancellation.dashboards", "--check", "--dir", str(tmp_path)]
+    done = subprocess.run(check, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "pip install 'mcp-cancellation[dashboards]'" in done.stderr
+
+
+def test_the_dashboards_check_passes_on_an_exported_directory(tmp_path: Path) -> None:
+    """With the extra (the test environment has every one), ``--check`` of what the
+    installed package exports finds nothing wrong."""
+    from mcp_cancellation.dashboards.export import export, main
+
+    export(tmp_path)
+    assert main(["--check", "--dir", str(tmp_path), "--docs", str(tmp_path / "none")]) == 0

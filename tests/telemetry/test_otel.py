@@ -74,11 +74,16 @@ async def test_disconnect_and_library_cancellations(
     metric_reader: InMemoryMetricReader,
 ) -> None:
     tracer = server_tracer
-    with tracer.start_as_current_span("POST /mcp (the cancelled request)"):
+    with tracer.start_as_current_span("POST /mcp (the cancelled request)") as server:
         await registry.cancel("abc", None, "ip:192.0.2.1", method="disconnect")
     with tracer.start_as_current_span("tools/call"):
         await registry.cancel(7)
-    (_, disconnect), (_, library) = events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)
+    # A closed stream is a span of its own, a child of the current one (in SSE mode the
+    # app's span is current, in JSON mode none is: the same span either way).
+    (disconnect,) = by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)
+    assert disconnect.parent is not None
+    assert disconnect.parent.span_id == server.get_span_context().span_id
+    ((_, library),) = events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)
     assert dict(disconnect.attributes or {}) == {
         "mcp_cancellation.request.id": "abc",
         "mcp_cancellation.source": "disconnect",
@@ -93,7 +98,7 @@ async def test_disconnect_and_library_cancellations(
     }
     # Outside any recording span: counted, and no trace at all.
     await registry.cancel(8)
-    assert len(span_exporter.get_finished_spans()) == 2
+    assert len(span_exporter.get_finished_spans()) == 3
     # The metric has the Prometheus labels only (the source is on the event).
     assert points(metric_reader, "mcp_cancellation.cancelled") == {
         frozenset({("scope_kind", "ip")}): 1,

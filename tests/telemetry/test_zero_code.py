@@ -10,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from mcp_cancellation.telemetry import otel
 
+from ..jsonrpc import MODERN, versioned_call
 from ..processes import DemoProcess
 from ..support import wait_until
 from ._otlp import Receiver
@@ -45,8 +47,9 @@ def cancel_spans(receiver: Receiver) -> list[dict[str, str]]:
     ]
 
 
+@pytest.mark.parametrize("mode", [(), ("--json-response",)], ids=["sse", "json"])
 def test_every_cancel_leaves_a_span_under_opentelemetry_instrument(
-    receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: tuple[str, ...]
 ) -> None:
     for name, value in {
         "OTEL_SERVICE_NAME": "mcp-demo",
@@ -58,7 +61,7 @@ def test_every_cancel_leaves_a_span_under_opentelemetry_instrument(
         "OTEL_BSP_SCHEDULE_DELAY": "100",
     }.items():
         monkeypatch.setenv(name, value)
-    with InstrumentedDemo(log=tmp_path / "demo.log") as demo:
+    with InstrumentedDemo(*mode, log=tmp_path / "demo.log") as demo:
         client = subprocess.run(
             [sys.executable, "-m", "mcp_cancellation", "client", "--url", demo.url + "/mcp"],
             capture_output=True,
@@ -75,3 +78,37 @@ def test_every_cancel_leaves_a_span_under_opentelemetry_instrument(
     sources = sorted(span["mcp_cancellation.source"] for span in cancel_spans(receiver))
     assert sources == ["disconnect", "notification", "notification"]
     assert all(span["mcp_cancellation.scope_kind"] == "ip" for span in cancel_spans(receiver))
+
+
+def test_a_closed_sse_stream_is_a_cancel_span_under_opentelemetry_instrument(
+    receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A raw client that reads the call's SSE stream (a progress event), then hangs up:
+    the cancellation is a span. (Where an ASGI instrumentation's span is current as the
+    app notices the hang-up, the span is its child: tests/telemetry/test_otel.py.)"""
+    for name, value in {
+        "OTEL_SERVICE_NAME": "mcp-demo",
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }.items():
+        monkeypatch.setenv(name, value)
+    body, headers = versioned_call(MODERN, "hang-up", "slow_count", {"seconds": 30})
+    body["params"]["_meta"]["progressToken"] = 1
+    with InstrumentedDemo(log=tmp_path / "demo.log") as demo:
+        with (
+            httpx.Client(timeout=20) as client,
+            client.stream("POST", demo.url + "/mcp", json=body, headers=headers) as answer,
+        ):
+            assert answer.headers["content-type"].startswith("text/event-stream")
+            for line in answer.iter_lines():
+                if line.startswith("data:") and "notifications/progress" in line:
+                    break  # the tool runs and the stream is open: hang up
+
+        def disconnect_span() -> bool:
+            return any(s["mcp_cancellation.source"] == "disconnect" for s in cancel_spans(receiver))
+
+        wait_until(disconnect_span, timeout=20)

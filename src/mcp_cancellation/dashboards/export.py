@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from .._extras import requires
 from .config import DEFAULT, DashboardConfig
 from .generation import dashboards
 from .rules import RULES_FILE, check_rules, prometheus_rule, rules_text
@@ -58,7 +59,8 @@ def export(
 def check_directory(directory: Path, docs: Path | None) -> list[str]:
     """Problems of the dashboards and ``alerts.yaml`` in *directory* (stale files too);
     *docs* holds ``alerts.md``, whose headings the runbook links must name."""
-    import yaml
+    with requires("dashboards", "python -m mcp_cancellation.dashboards --check"):
+        import yaml
 
     known = known_metric_names()
     problems: list[str] = []
@@ -87,8 +89,9 @@ def check_directory(directory: Path, docs: Path | None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m mcp_cancellation.dashboards [--check]``: rewrite (or check) this
-    repository's copy of the dashboards and rules; 1 when something is wrong. Needs pyyaml
-    (the ``test`` dependency group); users run ``mcp-cancellation dashboards export``."""
+    repository's copy of the dashboards and rules (or *--dir*, a directory that
+    ``mcp-cancellation dashboards export`` wrote); 1 when something is wrong, 2 when the
+    ``dashboards`` extra (pyyaml) is missing."""
     parser = argparse.ArgumentParser(prog="python -m mcp_cancellation.dashboards")
     parser.add_argument("--dir", type=Path, default=Path("dashboards"), help="output directory")
     parser.add_argument("--docs", type=Path, default=Path("docs"), help="docs directory")
@@ -97,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.check:
         for path in export(args.dir):
             print(f"wrote {path}")
-    problems = check_directory(args.dir, args.docs if args.docs.exists() else None)
+    try:
+        problems = check_directory(args.dir, args.docs if args.docs.exists() else None)
+    except ImportError as exc:
+        parser.error(str(exc))
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems else 0

@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._asgi import Message, Receive, Send
 from ..errors import REQUEST_CANCELLED
 from ..scope import scope_kind
-from ..token import TOOL_ERROR, Outcome
+from ..token import Outcome
+from ._jsonrpc import answer_error
 
 if TYPE_CHECKING:
     from ..registry import CancellationRegistry
@@ -38,14 +38,6 @@ _DISCONNECT: Message = {"type": "http.disconnect"}
 #: The JSON-RPC error code of a cancelled request, as it appears in a response body.
 _CANCELLED_CODE = str(REQUEST_CANCELLED).encode()
 _RESULT = b'"result"'
-#: A JSON-RPC error answer's code, looked for at the head of a body chunk (an SSE event or
-#: a JSON body starts ``{"jsonrpc":"2.0","id":...,"error":{"code":``, the id at most 256
-#: bytes long), and a failed tool result's flag, at its tail: two bounded looks per
-#: chunk, whatever the size of the answer.
-_ERROR_CODE = re.compile(rb'"error"\s*:\s*\{\s*"code"\s*:\s*(-?\d+)')
-_TOOL_ERROR = re.compile(rb'"isError"\s*:\s*true')
-_HEAD = 400
-_TAIL = 64
 #: Seconds before a tracked request the app itself does not watch gets a disconnect
 #: watcher (a task): shorter calls never pay for one. In JSON-response mode a disconnect
 #: is noticed at most this much (plus ``WATCH_TICK``) later.
@@ -317,12 +309,10 @@ class Exchange:
             raise
 
     def _read_error(self, body: bytes) -> None:
-        """Note how the answer failed (``error.type`` of ``request.ended``), if it did."""
-        found = _ERROR_CODE.search(body, 0, _HEAD)
-        if found is not None:
-            self.context.token.error_type = found.group(1).decode()
-        elif _TOOL_ERROR.search(body, max(0, len(body) - _TAIL)) is not None:
-            self.context.token.error_type = TOOL_ERROR
+        """Note how the answer failed (``error.type`` of ``request.ended``), if it did:
+        from the JSON-RPC envelope only (:func:`._jsonrpc.answer_error`)."""
+        if body:
+            self.context.token.error_type = answer_error(body)
 
     def _set_gone(self) -> None:
         self.gone = True

@@ -7,10 +7,12 @@ job), and writes the few JSON-RPC answers the middleware gives itself.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Final, Literal
 
 from .._asgi import Send, send_response
+from ..token import TOOL_ERROR
 
 try:
     # The SDK's own parser (its transport reads a POST with ``pydantic_core.from_json``):
@@ -31,6 +33,7 @@ __all__ = [
     "Kind",
     "Message",
     "accepts",
+    "answer_error",
     "classify",
     "is_handshake_version",
     "is_json_content_type",
@@ -165,3 +168,81 @@ async def send_retry_later(send: Send, status: int, code: int, message: str) -> 
 async def send_accepted(send: Send) -> None:
     """Answer ``202 Accepted`` with an empty body, as the SDK does for notifications."""
     await send_response(send, 202, content_type=b"application/json")
+
+
+_DECODER = json.JSONDecoder()
+_SPACE = " \t\r\n"
+#: How a result whose own ``isError`` is true ends (the SDK and FastMCP serialise
+#: ``CallToolResult`` with ``isError`` last): the result's brace, then the message's. A
+#: tool's output that echoes ``{"isError": true}`` ends with one brace more.
+_TOOL_ERROR_END = re.compile(rb'"isError"\s*:\s*true\s*\}\s*\}\s*\Z')
+
+
+def answer_error(body: bytes) -> str | None:
+    """How an answer's body failed, from the JSON-RPC envelope only: the ``code`` of a
+    response's own ``error`` (``"-32602"``), ``tool_error`` for a tool result whose own
+    ``isError`` is true, else ``None``. *body* is a JSON response or a chunk of an SSE
+    stream (each ``data:`` line a message); nothing inside a result (a tool's output that
+    mentions ``"error"`` or ``"isError"``) counts, and notifications are skipped."""
+    if body[:1] == b"{" or body.lstrip()[:1] == b"{":
+        return _message_error(body.strip())
+    for line in body.splitlines():
+        if line.startswith(b"data:"):
+            found = _message_error(line[5:].strip())
+            if found is not None:
+                return found
+    return None
+
+
+#: The head of a message the envelope is read from (its id and error object fit; a
+#: longer error is read from the whole message).
+_HEAD = 4096
+
+
+def _message_error(message: bytes) -> str | None:
+    """The error of one JSON-RPC response (see :func:`answer_error`)."""
+    try:
+        return _envelope_error(message, message[:_HEAD].decode("utf-8", "ignore"))
+    except ValueError:
+        if len(message) <= _HEAD:
+            return None
+    try:
+        return _envelope_error(message, message.decode("utf-8"))
+    except ValueError:  # (UnicodeDecodeError too)
+        return None
+
+
+def _envelope_error(message: bytes, text: str) -> str | None:
+    """The envelope's keys read in order from *text* (the head of *message*, or all of
+    it), each value skipped whole, until ``error`` or ``result``."""
+    at = _skip(text, 0)
+    if text[at : at + 1] != "{":
+        return None
+    at += 1
+    while True:
+        at = _skip(text, at)
+        key, at = _DECODER.raw_decode(text, at)
+        at = _skip(text, at)
+        if text[at : at + 1] != ":":
+            return None
+        at = _skip(text, at + 1)
+        if key == "error":
+            error, _ = _DECODER.raw_decode(text, at)
+            code = error.get("code") if isinstance(error, dict) else None
+            return str(code) if isinstance(code, int) and not isinstance(code, bool) else None
+        if key == "result":
+            tail = max(0, len(message) - 64)
+            return TOOL_ERROR if _TOOL_ERROR_END.search(message, tail) else None
+        if key == "method":
+            return None  # a request or notification, not an answer
+        _, at = _DECODER.raw_decode(text, at)
+        at = _skip(text, at)
+        if text[at : at + 1] != ",":
+            return None
+        at += 1
+
+
+def _skip(text: str, at: int) -> int:
+    while at < len(text) and text[at] in _SPACE:
+        at += 1
+    return at

@@ -41,6 +41,20 @@ class Transport(NamedTuple):
         manager = self.manager
         return not (manager.stateless or manager.json_response or manager.event_store is None)
 
+    @property
+    def stateful(self) -> bool:
+        """Whether the SDK issues sessions."""
+        return not self.manager.stateless
+
+    def session_open(self, session_id: str) -> bool | None:
+        """Whether the SDK holds *session_id* as an open session, read from its own
+        session table (``_server_instances``, a private attribute of the SDK's manager,
+        pinned by tests/integrations/test_session_scopes.py), so that no second copy of
+        it can be forgotten while the SDK still accepts the session; ``None`` when the
+        table cannot be read (a release that moved it)."""
+        table = getattr(self.manager, "_server_instances", None)
+        return session_id in table if isinstance(table, dict) else None
+
 
 def find_transport(app: object, path: str) -> Transport | None:
     """The SDK transport serving *path* inside *app*, or ``None`` (not the SDK's

@@ -237,9 +237,14 @@ class CancellationMiddleware:
             if isinstance(session, str) and session:
                 scope[SESSION_KEY] = session
         sessions = self.sessions
-        if sessions and SESSION_KEY not in scope:
+        transport = self._transport
+        if (
+            sessions is not None
+            and SESSION_KEY not in scope
+            and (sessions or (transport is not None and transport.stateful))
+        ):
             session_id = header(scope, SESSION_HEADER)
-            if session_id is not None and sessions.known(session_id):
+            if session_id is not None and self._session_open(session_id, sessions, transport):
                 scope[SESSION_KEY] = session_id
         if (
             not self.trusted_proxies
@@ -253,6 +258,19 @@ class CancellationMiddleware:
             client = scope.get("client")
             return _ip_scope(client[0] if client else None)
         return scope_of(scope, trusted_proxies=self.trusted_proxies)
+
+    @staticmethod
+    def _session_open(
+        session_id: str, sessions: IssuedSessions, transport: Transport | None
+    ) -> bool:
+        """Whether *session_id* names an open session: the SDK's own session table says,
+        when the wrapped app is the SDK's (never a second, bounded copy that could forget
+        a session the SDK still accepts); otherwise the ids the server issued."""
+        if transport is not None:
+            found = transport.session_open(session_id)
+            if found is not None:
+                return found
+        return sessions.known(session_id)
 
     # -- lifespan ------------------------------------------------------------------------
 
@@ -374,8 +392,12 @@ class CancellationMiddleware:
         ):
             await answer_cancelled(self, scope, receive, send, body, params)
         elif method == INITIALIZE_METHOD:
-            if self.sessions is not None:
-                send = self.sessions.learning(send)  # a stateful server names the session
+            if self.sessions is not None and (
+                self._transport is None or self._transport.session_open("") is None
+            ):
+                # A server whose session table cannot be read names its sessions in its
+                # answers: remember them.
+                send = self.sessions.learning(send)
             # Not tracked (the spec forbids cancelling it), but counted in request.ended,
             # with the protocol version it asks for (it has no version header).
             asked = params.get("protocolVersion") if isinstance(params, dict) else None

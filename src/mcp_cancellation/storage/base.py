@@ -119,6 +119,9 @@ class InFlightRequest:
     started: float
     cancelled: bool
     reason: str | None = None
+    #: Whether its worker is alive (a shared storage's heartbeat): a dead worker's call
+    #: cannot be stopped, and its row goes with the next cleanup.
+    alive: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,11 +232,14 @@ class Storage(abc.ABC):
         *,
         limits: Limits,
         require_in_flight: bool = False,
+        operator: bool = False,
     ) -> AddResult:
         """Record a cancellation, atomically: with *require_in_flight*, only if some owner
         tracks ``(scope, key)``; then the quota (existing rows are updated, never refused);
         then the cap, evicting a full batch before inserting. Tokens of owners that track
-        ``(scope, key)`` are flipped, in this process and (for shared storages) in others."""
+        ``(scope, key)`` are flipped, in this process and (for shared storages) in others;
+        with *operator*, each flipped token reports it as an operator's cancellation (the
+        worker whose call it stops counts it: :meth:`RequestToken._cancel`)."""
 
     @abc.abstractmethod
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:

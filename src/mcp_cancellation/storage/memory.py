@@ -17,6 +17,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 from ..scope import scope_kind
+from ..token import OPERATOR
 from ._in_flight import InFlightTokens
 from ._scope_table import ScopeTable
 from .base import (
@@ -94,6 +95,7 @@ class MemoryStorage(Storage):
         *,
         limits: Limits,
         require_in_flight: bool = False,
+        operator: bool = False,
     ) -> AddResult:
         with self._lock:
             # Most cancelled ids are not in flight here: one lookup, no list, for those.
@@ -127,9 +129,14 @@ class MemoryStorage(Storage):
                     outcome = AddResult("recorded", evicted, over, evicted_kinds)
                 else:
                     outcome = RECORDED
-            for token in tokens:
-                token._cancel(reason)
-            return outcome
+            if not operator:
+                for token in tokens:
+                    token._cancel(reason)
+                return outcome
+        # (An operator's flip reports itself: a signal, sent outside the lock.)
+        for token in tokens:
+            token._cancel(reason, OPERATOR)
+        return outcome
 
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
         with self._lock:

@@ -279,7 +279,7 @@ OPERATION_LABELS: Final = (
 #: The ``error.type`` of a call that was cancelled (by a notification, an operator or
 #: its client's disconnect); otherwise a failed call's is its JSON-RPC error code
 #: (``"-32602"``), or ``tool_error`` for a tool result with ``isError``, as the
-#: conventions say, and any other value ``other``.
+#: conventions say; a code not in :data:`ERROR_CODES` is ``_OTHER``.
 OPERATION_CANCELLED: Final = "cancelled"
 #: The methods a client may call on an MCP server; any other is counted as ``other``, so
 #: that a client cannot mint label values.
@@ -306,13 +306,36 @@ _METHODS: Final = frozenset(
 )
 
 
+#: The ``error.type`` of a failed answer whose code is none of :data:`ERROR_CODES` (the
+#: conventions' value for any other).
+OTHER_ERROR: Final = "_OTHER"
+#: The JSON-RPC error codes counted as themselves: JSON-RPC's own, and those MCP and
+#: its tasks extension define (and this package's quota error). A server or tool may
+#: answer any other code; each would be a series of its own, so they count as
+#: :data:`OTHER_ERROR`.
+ERROR_CODES: Final = frozenset(
+    {
+        "-32700",  # parse error
+        "-32600",  # invalid request
+        "-32601",  # method not found
+        "-32602",  # invalid params
+        "-32603",  # internal error
+        "-32000",  # server error: this package's quota refusal
+        "-32002",  # resource not found
+        "-32020",  # tasks: Mcp-Name does not match the task
+        "-32021",  # tasks: the extension was not declared
+        "-32042",  # URL elicitation required
+        "-32800",  # request cancelled
+    }
+)
+
+
 def _error_label(error_type: str | None) -> str:
     if not error_type:
         return ""
-    if error_type == TOOL_ERROR:
+    if error_type == TOOL_ERROR or error_type in ERROR_CODES:
         return error_type
-    digits = error_type.removeprefix("-")
-    return error_type if digits.isdigit() and digits.isascii() and len(digits) <= 5 else "other"
+    return OTHER_ERROR
 
 
 #: The protocol versions published so far; any other is ``other``.
@@ -328,7 +351,7 @@ def operation_labels(
 ) -> tuple[str, str, str, str, str]:
     """The label values of one operation, bounded (unknown methods and versions are
     ``other``; the tool is already a registered name or ``other``; an error type is
-    ``cancelled``, ``tool_error``, a JSON-RPC code of up to five digits, or ``other``); an
+    ``cancelled``, ``tool_error``, one of :data:`ERROR_CODES`, or ``_OTHER``); an
     absent attribute is the empty string, as Prometheus shows it."""
     return (
         "" if method is None else method if method in _METHODS else "other",

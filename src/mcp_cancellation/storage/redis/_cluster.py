@@ -27,6 +27,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
 
 from ..._extras import requires
+from ..._redaction import redact_url
 from ...errors import ConfigurationError
 
 with requires("redis", "RedisStorage"):
@@ -103,7 +104,9 @@ def cluster_from_url(url: str, **options: Any) -> RedisCluster:
     scheme, _, rest = url.partition("://")
     scheme = CLUSTER_SCHEMES.get(scheme.lower(), scheme.lower())
     if scheme not in ("redis", "rediss"):
-        raise ConfigurationError(f"not a Redis Cluster URL (redis+cluster://...): {url!r}")
+        raise ConfigurationError(
+            f"not a Redis Cluster URL (redis+cluster://...): {redact_url(url)!r}"
+        )
     netloc, _, tail = rest.partition("/")
     auth, nodes = _split_nodes(netloc)
     database = tail.split("?", 1)[0]

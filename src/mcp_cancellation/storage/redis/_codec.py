@@ -51,7 +51,7 @@ def member(scope: str, key: str) -> bytes:
 
 
 def decode_in_flight(entry: bytes, info: bytes, mark: bytes | None) -> InFlightRequest:
-    """An in-flight row as ``INFLIGHT`` returns it: its entry ``<#m>:<m><owner>``, its
+    """An in-flight row as the operator view reads it: its entry ``<#m>:<m><owner>``, its
     info (start in ms, worker, tool) and its owner's cancellation mark, if any."""
     m, _owner = _split_one(to_bytes(entry))
     scope, key = _split_one(m)
@@ -65,6 +65,11 @@ def decode_in_flight(entry: bytes, info: bytes, mark: bytes | None) -> InFlightR
         cancelled=mark is not None,
         reason=None if mark is None else decode_reason(mark),
     )
+
+
+def flight_of(entry: bytes) -> tuple[bytes, bytes]:
+    """An in-flight entry ``<#m>:<m><owner>`` as its row member and owner."""
+    return _split_one(to_bytes(entry))
 
 
 def _split_one(data: bytes) -> tuple[bytes, bytes]:

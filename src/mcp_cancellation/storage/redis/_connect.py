@@ -8,6 +8,7 @@ from collections.abc import Collection
 from typing import Any
 
 from ..._extras import requires
+from ..._redaction import redact_url, scrub
 from ...errors import ConfigurationError
 from ._cluster import cluster_from_url, cluster_identity, is_cluster_url
 
@@ -50,7 +51,7 @@ def client_from_url(
         )
         return client, max_connections
     if is_cluster_url(url):
-        raise ConfigurationError(f"{url!r} is a cluster URL but cluster=False")
+        raise ConfigurationError(f"{redact_url(url)!r} is a cluster URL but cluster=False")
     check_url(url)
     # A blocking pool: a burst waits for one of max_connections (within the timeout)
     # instead of opening connections without bound.
@@ -66,7 +67,9 @@ def client_from_url(
             **client_kwargs,
         )
     except ValueError as exc:  # what redis-py says of a URL it cannot read
-        raise ConfigurationError(f"not a usable Redis URL: {url!r} ({exc})") from exc
+        raise ConfigurationError(
+            scrub(f"not a usable Redis URL: {redact_url(url)!r} ({exc})", [url])
+        ) from None
     return Redis.from_pool(pool), None
 
 
@@ -104,9 +107,14 @@ def connect(
     storage = {k: v for k, v in options.items() if k in storage_options}
     client_options = {**CLIENT_DEFAULTS}
     client_options.update((k, v) for k, v in options.items() if k not in storage_options)
-    client, concurrency = client_from_url(
-        url, timeout=storage.get("timeout", 5.0), **client_options
-    )
+    try:
+        client, concurrency = client_from_url(
+            url, timeout=storage.get("timeout", 5.0), **client_options
+        )
+    except (ConfigurationError, ValueError, TypeError) as exc:
+        # One boundary for every message a URL reaches (ours, redis-py's): no password,
+        # and no chained exception that would print the URL in a traceback.
+        raise ConfigurationError(scrub(exc, [url])) from None
     if concurrency is not None:
         storage.setdefault("max_concurrency", concurrency)
     storage["close_client"] = True
@@ -123,12 +131,13 @@ def check_url(url: str) -> None:
     scheme, sep, _ = url.partition("://")
     if not sep or scheme.lower() not in SCHEMES:
         accepted = ", ".join(f"{s}://" for s in SCHEMES)
-        raise ConfigurationError(f"not a Redis URL: {url!r} (accepted: {accepted})")
+        raise ConfigurationError(f"not a Redis URL: {redact_url(url)!r} (accepted: {accepted})")
     if scheme.lower() in ("redis", "rediss"):
         path = urllib.parse.urlsplit(url).path.strip("/")
         if path and not path.isdigit():
             raise ConfigurationError(
-                f"the database in {url!r} must be a number (redis://host:port/<db>), not {path!r}"
+                f"the database in {redact_url(url)!r} must be a number "
+                f"(redis://host:port/<db>), not {path!r}"
             )
 
 

@@ -30,8 +30,12 @@ T = TypeVar("T")
 #: answers (a missing permission, out of memory, a script error, a read-only replica).
 #: All of them degrade the same way: requests are served, cancellations are refused (503)
 #: and one log line names the cause.
+#: (redis-py's cluster errors, ``RedisClusterException`` and its subclasses such as
+#: ``SlotNotCoveredError``, are no ``RedisError``: a cluster with no reachable node would
+#: otherwise escape as a 500.)
 UNAVAILABLE: tuple[type[BaseException], ...] = (
     redis_errors.RedisError,
+    redis_errors.RedisClusterException,
     TimeoutError,
     OSError,
 )

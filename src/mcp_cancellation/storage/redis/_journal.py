@@ -106,6 +106,13 @@ class Journal:
     wait: float
     backoff: tuple[float, float]
     worker: str = ""  # set by the storage before the first call
+    #: The table's layout, '<partition>/<partitions>' (kept in ``P layout``).
+    layout: str = "0/1"
+
+    @property
+    def started(self) -> bool:
+        """Whether this worker has sent Redis anything of its own (a track, a release)."""
+        return self._task is not None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -392,6 +399,7 @@ class Journal:
             self.grace_ms,
             "1" if full else "0",
             "1" if self.recovering() else "0",
+            self.layout,
         ]
         sent = 0.0
 

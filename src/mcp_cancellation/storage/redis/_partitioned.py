@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import heapq
 import zlib
 from collections.abc import Collection
@@ -20,32 +21,17 @@ from ..._extras import requires
 from ...errors import ConfigurationError
 from ..base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from ._connect import connect, table_identity
+from ._layout import check_layout, partition_prefixes
 from .storage import DEFAULT_PREFIX, RedisStorage
 
 with requires("redis", "PartitionedRedisStorage"):
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
-    from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 if TYPE_CHECKING:
     from ...token import RequestToken
 
-__all__ = ["PartitionedRedisStorage", "partition_prefixes"]
-
-
-def partition_prefixes(prefix: str, partitions: int) -> list[str]:
-    """The prefix of each partition: ``<prefix>.<i>.<n>`` with the smallest *n* whose hash
-    slot lies in the *i*-th of *partitions* equal slot ranges. Every process computes the
-    same list, so they all share the same partitions."""
-    found = []
-    for i in range(partitions):
-        low = i * REDIS_CLUSTER_HASH_SLOTS // partitions
-        high = (i + 1) * REDIS_CLUSTER_HASH_SLOTS // partitions
-        n = 0
-        while not low <= key_slot(f"{prefix}.{i}.{n}".encode()) < high:
-            n += 1
-        found.append(f"{prefix}.{i}.{n}")
-    return found
+__all__ = ["PartitionedRedisStorage"]
 
 
 class PartitionedRedisStorage(Storage):
@@ -83,8 +69,9 @@ class PartitionedRedisStorage(Storage):
             RedisStorage(client, prefix=part, identity=self._identity, **options)
             for part in partition_prefixes(prefix, partitions)
         )
-        for part in self.partitions:  # their failures are this storage's, for the bridges
-            part._health.sender = self
+        for index, part in enumerate(self.partitions):
+            part._health.sender = self  # their failures are this storage's, for the bridges
+            part.partition = (index, partitions)
         self._limits: dict[Limits, tuple[Limits, ...]] = {}
 
     @classmethod
@@ -144,11 +131,17 @@ class PartitionedRedisStorage(Storage):
         *,
         limits: Limits,
         require_in_flight: bool = False,
+        operator: bool = False,
     ) -> AddResult:
         index = self._index_of(scope)
         share = self._split(limits)[index]
         return await self.partitions[index].add(
-            scope, key, reason, limits=share, require_in_flight=require_in_flight
+            scope,
+            key,
+            reason,
+            limits=share,
+            require_in_flight=require_in_flight,
+            operator=operator,
         )
 
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
@@ -169,6 +162,11 @@ class PartitionedRedisStorage(Storage):
     async def in_flight_requests(self) -> list[InFlightRequest]:
         parts = await asyncio.gather(*(p.in_flight_requests() for p in self.partitions))
         return [request for part in parts for request in part]
+
+    async def check_table(self) -> None:
+        """As :meth:`RedisStorage.check_table`, for this prefix and partition count."""
+        check = functools.partial(check_layout, self._client, self.prefix, len(self.partitions))
+        await self.partitions[0]._home.call(check, "stats")
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         return await self.partition_of(scope).is_tracked(scope, key)

@@ -121,9 +121,12 @@ class Push:
         except (ValueError, IndexError):
             logger.warning("ignoring a malformed cancellation message")
             return
-        owners = {text(owner) for owner in fields[3:]}
+        # The origin ('@operator', '@'; absent in a message of a release before 0.3).
+        origin = text(fields[3]) if len(fields) > 3 and fields[3].startswith(b"@") else None
+        method = origin[1:] or None if origin is not None else None
+        owners = {text(owner) for owner in fields[3 if origin is None else 4 :]}
         for token in self.journal.pushed(scope, key, owners):
-            token._cancel(reason)
+            token._cancel(reason, method)
 
     async def _listen(self) -> None:
         channel = self.prefix + b"c:" + to_bytes(self.worker)

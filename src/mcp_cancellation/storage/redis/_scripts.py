@@ -71,7 +71,7 @@ from importlib import resources
 __all__ = ["NAMES", "source"]
 
 #: The scripts, by the name the storage calls them with.
-NAMES = ("ADD", "REMOVE", "SYNC", "SUMMARY", "CLEANUP", "INFLIGHT")
+NAMES = ("ADD", "REMOVE", "SYNC", "SUMMARY", "CLEANUP")
 
 
 @functools.cache

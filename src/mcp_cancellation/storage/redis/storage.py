@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import uuid
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from ..._extras import requires
+from ..._printable import printable
 from ...errors import ConfigurationError, StorageUnavailable
+from ...token import OPERATOR
 from .._health import Health
 from ..base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from . import _scripts as scripts
@@ -26,6 +29,7 @@ from ._codec import (
     decode_in_flight,
     decode_reason,
     decode_summary,
+    flight_of,
     member,
     text,
     to_bytes,
@@ -33,6 +37,7 @@ from ._codec import (
 from ._connect import connect, table_identity
 from ._home import UNAVAILABLE, HomeLoop
 from ._journal import Journal
+from ._layout import check_layout
 from ._push import BEHIND, ChannelSubscription, Push, Subscription
 
 with requires("redis", "RedisStorage"):
@@ -58,6 +63,8 @@ DEFAULT_EVICTION_CHUNK = 250
 DEFAULT_CLEANUP_BATCH = 500
 #: The longest a request waits for Redis as it starts and as it ends (seconds).
 DEFAULT_MAX_WAIT = 0.25
+#: Entries one command of the operator view reads (a fraction of a millisecond of Redis).
+PAGE = 1000
 T = TypeVar("T")
 
 
@@ -207,6 +214,17 @@ class RedisStorage(Storage):
         """Whether the listener currently holds a live subscription (for health checks)."""
         return self._push.subscribed
 
+    @property
+    def partition(self) -> tuple[int, int]:
+        """``(index, partitions)`` of this table in a partitioned one (``(0, 1)`` for a
+        whole table), kept in the table for the operator tools (``P layout``)."""
+        index, _, count = self._journal.layout.partition("/")
+        return int(index), int(count)
+
+    @partition.setter
+    def partition(self, value: tuple[int, int]) -> None:
+        self._journal.layout = f"{value[0]}/{value[1]}"
+
     def bind(self, instance_id: str) -> None:
         """Name this worker after the registry's instance id (first registry wins)."""
         if not self._bound and not self._used:
@@ -221,10 +239,12 @@ class RedisStorage(Storage):
         return f"<RedisStorage prefix={self.prefix!r} worker={self.worker_id!r}>"
 
     def _on_call(self) -> None:
-        """Before each call, on the home loop: the worker id is fixed from now on, and the
-        background tasks (listener, heartbeat) run."""
+        """Before each call, on the home loop: the worker id is fixed from now on, and once
+        this worker has requests of its own (its journal started), the background tasks
+        (listener, heartbeat) run. A process that only reads or cancels (an operator's
+        ``inspect`` and ``cancel``) never registers as a worker."""
         self._used = True
-        if not self._push.started and not self._home.closed:
+        if self._journal.started and not self._push.started and not self._home.closed:
             self._push.start()
 
     async def _script(self, name: str, *args: bytes | str | int) -> Any:
@@ -254,6 +274,7 @@ class RedisStorage(Storage):
         *,
         limits: Limits,
         require_in_flight: bool = False,
+        operator: bool = False,
     ) -> AddResult:
         # A request in flight here is in flight, whether or not its track has reached
         # Redis yet: record its cancellation (the track then finds it pending and binds it).
@@ -267,17 +288,33 @@ class RedisStorage(Storage):
         evicted: list[tuple[str, int]] = []
         owed: bytes | str = ""
         partial: bytes | str = ""
+        origin = "@operator" if operator else "@"
         while True:  # more than one call only while a large eviction batch is under way
-            reply = await self._run(
-                "ADD",
-                *args,
-                owed,
-                partial,
-                shadow,
-                self._journal.epoch,
-                self._journal.grace_ms,
-                "1" if self._recovering() else "0",
-            )
+            try:
+                reply = await self._run(
+                    "ADD",
+                    *args,
+                    owed,
+                    partial,
+                    shadow,
+                    self._journal.epoch,
+                    self._journal.grace_ms,
+                    "1" if self._recovering() else "0",
+                    origin,
+                )
+            except StorageUnavailable:
+                if not (here and require_in_flight) or evicted:
+                    raise
+                # Redis cannot answer, but this worker runs the request: stop its calls
+                # here (202); other workers' calls of the id, which it cannot see, keep
+                # running. Only what this worker cannot know gets a 503.
+                logger.warning(
+                    "Redis unavailable: cancelled request %s of scope %s in this worker only",
+                    printable(key),
+                    printable(scope),
+                )
+                self._flip(scope, key, reason, operator)
+                return AddResult("recorded")
             outcome = text(reply[0])
             if outcome == "not_in_flight":  # its requests from now on were not meant
                 self._journal.saw(int(reply[7]))
@@ -292,10 +329,15 @@ class RedisStorage(Storage):
             # its requests yet, so "not in flight" cannot be told. The client may retry.
             raise StorageUnavailable("Redis is resynchronising the table; retry shortly")
         if outcome in ("recorded", "updated"):
-            for token in self._journal.tokens(scope, key):
-                token._cancel(reason)
+            self._flip(scope, key, reason, operator)
         over = outcome == "recorded" and bool(int(reply[4]))
         return AddResult(outcome, tuple(evicted), over)  # type: ignore[arg-type]
+
+    def _flip(self, scope: str, key: str, reason: str | None, operator: bool) -> None:
+        """Flip this worker's tokens of ``(scope, key)``."""
+        method = OPERATOR if operator else None
+        for token in self._journal.tokens(scope, key):
+            token._cancel(reason, method)
 
     async def _refused(self) -> None:
         """Tell every worker that Redis refuses this worker's writes: their Redis then
@@ -354,9 +396,51 @@ class RedisStorage(Storage):
         await self._home.at_home(finish, self.timeout * 2)
 
     async def in_flight_requests(self) -> list[InFlightRequest]:
+        """Every request in flight in the table, read in pages (``HSCAN``, a thousand
+        entries a command: never one long command, however large the table), each marked
+        with whether its worker's heartbeat is alive. Only reads."""
         await self._settle()
-        reply = await self._run("INFLIGHT", operation="stats")
-        return [decode_in_flight(*reply[i : i + 3]) for i in range(0, len(reply), 3)]
+        return await self._home.call(self._read_in_flight, "stats")
+
+    async def _read_in_flight(self) -> list[InFlightRequest]:
+        client = self._redis
+        info = self._prefix + b"info"
+        entries: dict[bytes, bytes] = {}
+        cursor: int = 0
+        while True:
+            cursor, page = await client.hscan(info, cursor, count=PAGE)
+            entries.update(cast(dict[bytes, bytes], page))
+            if not cursor:
+                break
+        pairs = list(entries.items())
+        marks: list[Any] = []
+        for start in range(0, len(pairs), PAGE):
+            pipe = client.pipeline(transaction=False)
+            for entry, _ in pairs[start : start + PAGE]:
+                row, owner = flight_of(entry)
+                pipe.hget(self._prefix + b"f:" + row, b"!" + owner)
+            marks += await pipe.execute()
+        found = [
+            decode_in_flight(entry, value, mark)
+            for (entry, value), mark in zip(pairs, marks, strict=True)
+        ]
+        workers = sorted({request.worker for request in found})
+        if not workers:
+            return found
+        pipe = client.pipeline(transaction=False)
+        for worker in workers:
+            pipe.exists(self._prefix + b"hb:" + to_bytes(worker))
+        alive = dict(zip(workers, [bool(n) for n in await pipe.execute()], strict=True))
+        return [dataclasses.replace(r, alive=alive[r.worker]) for r in found]
+
+    async def check_table(self) -> None:
+        """Raise :class:`~mcp_cancellation.errors.TableNotFound` unless a worker has
+        created this table (its prefix and partition layout), saying what the server
+        holds instead. Only reads (the operator tools call it first)."""
+        _, count = self.partition
+        if count != 1:  # one partition of a PartitionedRedisStorage: that one checks
+            return
+        await self._home.call(functools.partial(check_layout, self._redis, self.prefix, 1), "stats")
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         await self._settle()

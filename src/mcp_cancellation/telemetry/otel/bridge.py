@@ -185,6 +185,10 @@ class OpenTelemetryBridge(Bridge):
         # A cancellation the middleware received (a notification it answered itself, a
         # closed stream, an operator) may have no server span around it: the ASGI
         # instrumentation's sits inside the middleware. It then gets a span of its own.
+        # A closed stream and an operator's cancellation always do (a child of the
+        # current span, if any): whether a span is current there depends on the response
+        # mode (a closed SSE stream is seen inside the app's span, a closed JSON one
+        # outside it) and on the worker, and they must look the same either way.
         if recording or method is not None:
             source = _source(method)
             attributes: dict[str, str] = {
@@ -197,7 +201,7 @@ class OpenTelemetryBridge(Bridge):
                 attributes[METHOD] = method
             if reason is not None:
                 attributes[REASON] = reason
-            if recording:
+            if recording and source not in ("disconnect", "operator"):
                 span.add_event(EVENT_CANCEL, attributes)
             else:
                 self.tracer.start_span(SPAN_CANCEL, attributes=attributes).end()

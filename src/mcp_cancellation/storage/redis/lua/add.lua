@@ -3,8 +3,10 @@
 -- evict ("" for no bound), rows of a batch an earlier call left owed ("" for none) and the
 -- scope it was part-way through ("" for none), shadow quota ("1": record past the quota
 -- and say so, "" or "0": refuse), the table's epoch as this worker knows it ("" for none)
--- the grace of a lost table (ms), and recovering ("1": this worker saw Redis fail within
--- the grace period, so `P lost` marks it too).
+-- the grace of a lost table (ms), recovering ("1": this worker saw Redis fail within
+-- the grace period, so `P lost` marks it too), and the origin ("@operator" for an
+-- operator's cancellation, else "@"), carried in each pushed message so that the worker
+-- whose call it stops can report it.
 -- A row is bound to the owners in flight (each gets its mark in P f:<m>), or pending
 -- ('*' before its reason) when none is: see track() in the prelude.
 -- Returns {outcome, one-row scopes evicted, rows still owed, scope part-way, over quota
@@ -78,6 +80,7 @@ local owners = redis.call('HGETALL', fk)
 local by_worker = {}
 local workers = {}
 local marks = {}
+local origin = netstring(ARGV[17] or '@')
 for i = 1, #owners, 2 do
   local w = owners[i + 1]
   if string.byte(owners[i], 1) ~= 33 then  -- an owner, not a mark ('!')
@@ -87,14 +90,15 @@ for i = 1, #owners, 2 do
   if w ~= ARGV[9] and string.byte(owners[i], 1) ~= 33 then
     local msg = by_worker[w]
     if msg == nil then
-      msg = {netstring(scope), netstring(key), netstring(renc)}
+      msg = {netstring(scope), netstring(key), netstring(renc), origin}
       by_worker[w] = msg
       workers[#workers + 1] = w
     end
     msg[#msg + 1] = netstring(owners[i])
   end
 end
-if #marks > 0 then redis.call('HSET', fk, unpack(marks)) end
+-- (in slices: thousands of owners of one id exceed what unpack() may spread)
+bulk('HSET', fk, marks)
 for _, w in ipairs(workers) do
   redis.call('PUBLISH', P .. 'c:' .. w, table.concat(by_worker[w]))
 end

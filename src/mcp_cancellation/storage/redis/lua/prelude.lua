@@ -234,13 +234,17 @@ end
 -- caller knew another one: the table it wrote to is lost, so `P lost` marks the next
 -- `grace_ms` milliseconds (cancellations of ids not in flight are refused: a worker may
 -- not have re-tracked its requests yet) and every worker is told to resynchronise.
-local function check_epoch(known, grace_ms)
+-- Only a worker's SYNC creates the table (`layout`: '<partition>/<partitions>', kept in
+-- `P layout` for the operator tools); a cancellation alone (ADD) never does.
+local function check_epoch(known, grace_ms, layout)
   local e = redis.call('GET', EPOCH)
-  if not e then
+  if not e and layout then
     local t = redis.call('TIME')
     e = t[1] .. '.' .. t[2]
     redis.call('SET', EPOCH, e)
+    redis.call('SET', P .. 'layout', layout)
   end
+  e = e or ''
   if known ~= '' and known ~= e then
     redis.call('SET', LOST, '1', 'PX', grace_ms)
     redis.call('PUBLISH', P .. 'resync', e)

@@ -1,6 +1,7 @@
 -- ARGV: prefix, worker, heartbeat TTL (ms), the epoch the worker knows ('' for none), the
 -- grace of a lost table (ms), full ('1': a resync, '0': a batch), recovering ('1': the
--- worker's earlier calls failed, so `P lost` marks the grace period too), then operations as
+-- worker's earlier calls failed, so `P lost` marks the grace period too), the table's
+-- layout ('<partition>/<partitions>', written with a new epoch), then operations as
 -- (op, scope, key, owner) quads, in order: 'T' track ('T<us>[,<floor>][:<tool>]': of a
 -- request started <us> microseconds ago, and not before Redis time <floor> (µs), which
 -- may claim a cancellation that missed it, see track(); calling <tool>), 'U' untrack,
@@ -16,12 +17,12 @@
 local w = ARGV[2]
 local beat = redis.call('SET', hb_key(w), '1', 'PX', ARGV[3], 'GET')
 redis.call('SADD', WORKERS, w)  -- (left by the cleanup of a worker whose heartbeat lapsed)
-local epoch, lost = check_epoch(ARGV[4], ARGV[5])
+local epoch, lost = check_epoch(ARGV[4], ARGV[5], ARGV[8])
 local full = ARGV[6] == '1'
 if ARGV[7] == '1' then redis.call('SET', LOST, '1', 'PX', ARGV[5]) end
 local out = {epoch, lost, beat and 0 or 1}
 local keep = {}
-for i = 8, #ARGV, 4 do
+for i = 9, #ARGV, 4 do
   local op, scope, key, owner = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local c = string.byte(op, 1)
   if c == 84 then  -- 'T'
