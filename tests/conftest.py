@@ -10,6 +10,7 @@ Redis tests get a fresh key prefix each, so they never see each other's rows.
 
 from __future__ import annotations
 
+import os
 import signal
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
@@ -31,6 +32,14 @@ from .support import (
     redis_url,
     server_log_tails,
 )
+
+#: How long a cancellation of an id not in flight waits for its track, in every registry
+#: the suite builds (the servers it starts inherit it) unless a test says otherwise: the
+#: default's half second would be paid by each of the thousands of such cancellations
+#: the semantic tests make. The tests of the rule itself (tests/registry/
+#: test_waiting_cancellations.py, the busy-worker tests) give their own, the default
+#: included.
+os.environ.setdefault("MCP_CANCELLATION_TRACK_WAIT", "0.05")
 
 #: The SIGTERM handler in place before the suite's (restored when pytest ends).
 _SIGTERM_HANDLER = pytest.StashKey["signal._HANDLER"]()

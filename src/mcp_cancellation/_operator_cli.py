@@ -212,10 +212,10 @@ def _with_registry(
         prefix = args.prefix or DEFAULT_PREFIX
         storage = (
             PartitionedRedisStorage.from_url(
-                args.redis, partitions=args.partitions, prefix=prefix, timeout=5.0
+                args.redis, partitions=args.partitions, prefix=prefix, timeout=5.0, operator=True
             )
             if args.partitions > 1
-            else RedisStorage.from_url(args.redis, prefix=prefix, timeout=5.0)
+            else RedisStorage.from_url(args.redis, prefix=prefix, timeout=5.0, operator=True)
         )
         registry = CancellationRegistry(storage, janitor_interval=None)
         try:

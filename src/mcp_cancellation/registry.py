@@ -76,6 +76,7 @@ class CancellationRegistry:
         cancel_grace: float | _Unset = UNSET,
         quota_mode: QuotaMode | _Unset = UNSET,
         quota_overrides: QuotaOverrides | None = None,
+        track_wait: float | _Unset = UNSET,
     ) -> None:
         self._quota_mode = quota_mode_of(None if isinstance(quota_mode, _Unset) else quota_mode)
         self._limits = Limits(
@@ -97,6 +98,10 @@ class CancellationRegistry:
         if grace is None:
             raise ConfigurationError("cancel_grace must be a number of seconds, not None")
         self._cancel_grace = grace
+        wait = seconds("track_wait", track_wait, "MCP_CANCELLATION_TRACK_WAIT", 0.5)
+        if wait is None:
+            raise ConfigurationError("track_wait must be a number of seconds, not None")
+        self._track_wait = wait
         if isinstance(max_reason_chars, bool) or not isinstance(max_reason_chars, int):
             raise ConfigurationError(f"max_reason_chars must be an int, not {max_reason_chars!r}")
         self._max_reason_chars = max_reason_chars
@@ -146,6 +151,14 @@ class CancellationRegistry:
     def quota_for(self, scope: str) -> int | None:
         """The quota of *scope*: its override if it has one, else ``max_rows_per_scope``."""
         return self._quota.limits_for(scope).max_rows_per_scope
+
+    @property
+    def track_wait(self) -> float:
+        """Seconds :meth:`cancel_in_flight` waits, for a request of the id it did not find
+        in flight, for that request's track: a call whose track was still on its way (its
+        worker's event loop busy) is cancelled if it is tracked meanwhile; nothing of the
+        cancellation outlives its answer, so a later request of the id never is."""
+        return self._track_wait
 
     @property
     def cancel_grace(self) -> float:
@@ -291,6 +304,8 @@ class CancellationRegistry:
             limits=limits,
             require_in_flight=in_flight,
             operator=method == OPERATOR,
+            # (An operator cancels what the table lists: nothing to wait for.)
+            track_wait=self._track_wait if in_flight and method != OPERATOR else 0.0,
         )
         return self._report(result, key, scope, text, method)
 

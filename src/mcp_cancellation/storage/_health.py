@@ -44,7 +44,7 @@ class Health:
             self.available = True
             logger.info("%s storage answers again", self._name)
 
-    def trouble_elsewhere(self) -> None:
+    def recovering_elsewhere(self) -> None:
         """Another worker reported that Redis refuses its writes (counts as a failure for
         :meth:`failed_within`, without a log line or signal)."""
         self.failed_at = time.monotonic()

@@ -233,13 +233,21 @@ class Storage(abc.ABC):
         limits: Limits,
         require_in_flight: bool = False,
         operator: bool = False,
+        track_wait: float = 0.0,
     ) -> AddResult:
         """Record a cancellation, atomically: with *require_in_flight*, only if some owner
         tracks ``(scope, key)``; then the quota (existing rows are updated, never refused);
         then the cap, evicting a full batch before inserting. Tokens of owners that track
         ``(scope, key)`` are flipped, in this process and (for shared storages) in others;
         with *operator*, each flipped token reports it as an operator's cancellation (the
-        worker whose call it stops counts it: :meth:`RequestToken._cancel`)."""
+        worker whose call it stops counts it: :meth:`RequestToken._cancel`).
+
+        With *require_in_flight* and nothing in flight, the cancellation *waits*
+        *track_wait* seconds for a track of ``(scope, key)`` (one whose write was still on
+        its way, its worker's loop busy): every owner tracked meanwhile is cancelled
+        (``recorded``), and the waiting cancellation is gone before this returns
+        (``not_in_flight`` if nothing claimed it), so it never touches a later request.
+        While it waits it counts against the scope's quota, as a row does."""
 
     @abc.abstractmethod
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:

@@ -12,7 +12,7 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -77,6 +77,12 @@ class MemoryStorage(Storage):
         # row is bound to the requests in flight when it was recorded, and never
         # cancels a later one. (May name rows gone since: add() resets an entry.)
         self._pending: set[tuple[str, str]] = set()
+        # Waiting cancellations (Storage.add's track_wait): (scope, key) -> the waiters'
+        # [reason, claimed] entries, and their number by scope (they count against the
+        # quota). Every request tracked while one waits claims it.
+        self._waiting: dict[tuple[str, str], dict[int, list[object]]] = {}
+        self._waiting_by_scope: dict[str, int] = {}
+        self._waiters = itertools.count()
 
     @property
     def identity(self) -> str:
@@ -96,47 +102,102 @@ class MemoryStorage(Storage):
         limits: Limits,
         require_in_flight: bool = False,
         operator: bool = False,
+        track_wait: float = 0.0,
     ) -> AddResult:
+        request = (scope, key)
         with self._lock:
-            # Most cancelled ids are not in flight here: one lookup, no list, for those.
-            tokens: Collection[RequestToken]
-            request = (scope, key)
-            if request in self._in_flight:
-                tokens = self._in_flight.tokens(scope, key)
-                self._pending.discard(request)
-            elif require_in_flight:
-                return _NOT_IN_FLIGHT
+            if require_in_flight and request not in self._in_flight:
+                waiter = self._wait(request, reason, limits)
             else:
-                tokens = _NO_TOKENS
-                self._pending.add(request)
+                outcome, tokens = self._record(request, reason, limits)
+                if not operator:
+                    for token in tokens:
+                        token._cancel(reason)
+                    return outcome
+        if isinstance(waiter, AddResult):
+            return waiter
+        if operator:  # (an operator's flip reports itself: a signal, sent outside the lock)
+            for token in tokens:
+                token._cancel(reason, OPERATOR)
+            return outcome
+        return await self._await_track(request, waiter, track_wait)
+
+    def _record(
+        self, request: tuple[str, str], reason: str | None, limits: Limits
+    ) -> tuple[AddResult, Collection[RequestToken]]:
+        """Under the lock: record the row (the quota, then the cap); the result and the
+        tokens of the owners in flight it is bound to (none: a pending row)."""
+        scope, key = request
+        # Most cancelled ids are not in flight here: one lookup, no list, for those.
+        tokens: Collection[RequestToken]
+        if request in self._in_flight:
+            tokens = self._in_flight.tokens(scope, key)
+            self._pending.discard(request)
+        else:
+            tokens = _NO_TOKENS
+            self._pending.add(request)
+        rows = self._table.rows.get(scope)
+        if rows is not None and key in rows:
+            rows[key] = (rows[key][0], reason)
+            return UPDATED, tokens
+        quota = limits.max_rows_per_scope
+        over = quota is not None and self._held(scope, rows) >= quota
+        if over and not limits.shadow_quota:
+            return _QUOTA, _NO_TOKENS
+        evicted: tuple[tuple[str, int], ...] = ()
+        evicted_kinds: dict[str, int] | None = None
+        if limits.max_rows is not None and self._table.total >= limits.max_rows:
+            evicted_kinds = {}
+            evicted = self._table.evict(limits.eviction_batch, evicted_kinds)
             rows = self._table.rows.get(scope)
-            if rows is not None and key in rows:
-                rows[key] = (rows[key][0], reason)
-                outcome = UPDATED
-            else:
-                quota = limits.max_rows_per_scope
-                over = quota is not None and rows is not None and len(rows) >= quota
-                if over and not limits.shadow_quota:
-                    return _QUOTA
-                evicted: tuple[tuple[str, int], ...] = ()
-                evicted_kinds: dict[str, int] | None = None
-                if limits.max_rows is not None and self._table.total >= limits.max_rows:
-                    evicted_kinds = {}
-                    evicted = self._table.evict(limits.eviction_batch, evicted_kinds)
-                    rows = self._table.rows.get(scope)
-                self._table.insert(scope, key, reason, rows)
-                if evicted or over:
-                    outcome = AddResult("recorded", evicted, over, evicted_kinds)
+        self._table.insert(scope, key, reason, rows)
+        if evicted or over:
+            return AddResult("recorded", evicted, over, evicted_kinds), tokens
+        return RECORDED, tokens
+
+    def _held(self, scope: str, rows: Mapping[str, object] | None) -> int:
+        """What counts against *scope*'s quota: its rows and its waiting cancellations."""
+        waiting = self._waiting_by_scope.get(scope, 0) if self._waiting_by_scope else 0
+        return (0 if rows is None else len(rows)) + waiting
+
+    def _wait(
+        self, request: tuple[str, str], reason: str | None, limits: Limits
+    ) -> tuple[int, bool] | AddResult:
+        """Under the lock: file a waiting cancellation of *request* (its waiter's number,
+        and whether it is past the quota, in shadow mode), or refuse it at the quota."""
+        scope = request[0]
+        quota = limits.max_rows_per_scope
+        over = quota is not None and self._held(scope, self._table.rows.get(scope)) >= quota
+        if over and not limits.shadow_quota:
+            return _QUOTA
+        waiter = next(self._waiters)
+        self._waiting.setdefault(request, {})[waiter] = [reason, False]
+        self._waiting_by_scope[scope] = self._waiting_by_scope.get(scope, 0) + 1
+        return waiter, over
+
+    async def _await_track(
+        self, request: tuple[str, str], waiter: tuple[int, bool], wait: float
+    ) -> AddResult:
+        """Let the waiting cancellation wait, then withdraw it (a cancelled wait too)."""
+        try:
+            if wait > 0:
+                await asyncio.sleep(wait)
+        finally:
+            with self._lock:
+                waits = self._waiting.get(request, {})
+                entry = waits.pop(waiter[0], None)
+                if not waits:
+                    self._waiting.pop(request, None)
+                scope = request[0]
+                left = self._waiting_by_scope.get(scope, 1) - 1
+                if left > 0:
+                    self._waiting_by_scope[scope] = left
                 else:
-                    outcome = RECORDED
-            if not operator:
-                for token in tokens:
-                    token._cancel(reason)
-                return outcome
-        # (An operator's flip reports itself: a signal, sent outside the lock.)
-        for token in tokens:
-            token._cancel(reason, OPERATOR)
-        return outcome
+                    self._waiting_by_scope.pop(scope, None)
+        claimed = entry is not None and bool(entry[1])
+        if waiter[1]:
+            return AddResult("recorded" if claimed else "not_in_flight", (), True)
+        return RECORDED if claimed else _NOT_IN_FLIGHT
 
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
         with self._lock:
@@ -160,6 +221,14 @@ class MemoryStorage(Storage):
                 if rows is not None and key in rows and (scope, key) in self._pending:
                     self._pending.discard((scope, key))  # claimed: bound to this request
                     token._cancel(rows[key][1])
+            if self._waiting:
+                waits = self._waiting.get((scope, key))
+                if waits:  # tracked while a cancellation waits for it: claimed
+                    entries = list(waits.values())
+                    for entry in entries:
+                        entry[1] = True
+                    first = entries[0][0]
+                    token._cancel(first if isinstance(first, str) else None)
 
     async def untrack(self, scope: str, key: str, owner: str) -> None:
         with self._lock:

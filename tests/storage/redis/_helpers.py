@@ -19,22 +19,10 @@ from ._workers import Worker
 MakeStorage = Callable[..., RedisStorage]
 
 
-class ObservedRedisStorage(RedisStorage):
-    """A ``RedisStorage`` that counts its finished resyncs, so tests can wait for the one
-    that follows the listener's subscription instead of sleeping."""
-
-    resyncs = 0
-
-    async def resync(self) -> int:
-        flipped = await super().resync()
-        self.resyncs += 1
-        return flipped
-
-
 async def settled(storage: Storage) -> None:
     """Wait until the listener is subscribed and its first resync has finished: from then
     on the storage makes no round trip of its own (but its heartbeat's)."""
-    assert isinstance(storage, ObservedRedisStorage)
+    assert isinstance(storage, RedisStorage)
     await async_wait_until(lambda: storage.subscribed and storage.resyncs >= 1, within=10)
 
 

@@ -17,7 +17,7 @@ from mcp_cancellation.storage.redis import RedisStorage
 
 from ...jsonrpc import SSE_AND_JSON
 from ...support import MakeRegistry, RedisServer, Registries
-from ._helpers import MakeStorage, ObservedRedisStorage, StartWorkers
+from ._helpers import MakeStorage, StartWorkers
 from ._workers import Worker
 
 
@@ -47,7 +47,7 @@ async def make_storage(server: RedisServer, prefix: str) -> AsyncIterator[MakeSt
 
     def make(**kwargs: Any) -> RedisStorage:
         kwargs.setdefault("prefix", prefix)
-        storage = ObservedRedisStorage.from_url(server.url, **kwargs)
+        storage = RedisStorage.from_url(server.url, **kwargs)
         made.append(storage)
         return storage
 

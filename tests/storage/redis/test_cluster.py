@@ -20,7 +20,6 @@ from mcp_cancellation.storage.redis._cluster import cluster_client_supported
 from mcp_cancellation.telemetry.prometheus import metrics_app
 
 from ...support import HeldRequest, RedisClusterServers, RedisServer, async_wait_until
-from ._helpers import ObservedRedisStorage
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
 
@@ -237,13 +236,13 @@ async def test_rows_a_lagging_replica_brings_back_never_cancel_a_new_request(
     each id starts uncancelled, and nothing is left behind."""
     options: dict[str, Any] = {"prefix": "lagging", "timeout": 10.0}
     tool = CancellationRegistry(
-        ObservedRedisStorage.from_url(own_cluster.url, **options), janitor_interval=None
+        RedisStorage.from_url(own_cluster.url, **options), janitor_interval=None
     )
     other = CancellationRegistry(
         RedisStorage.from_url(own_cluster.url, **options), janitor_interval=None
     )
     storage = tool.storage
-    assert isinstance(storage, ObservedRedisStorage)
+    assert isinstance(storage, RedisStorage)
     ids = [f"job {n}" for n in range(5)]
     loop = asyncio.get_running_loop()
     try:

@@ -12,11 +12,11 @@ from hypothesis import strategies as st
 from redis.asyncio import Redis
 
 from mcp_cancellation.storage.base import Limits
+from mcp_cancellation.storage.redis import RedisStorage
 
 from ...registry._model import Model
 from ...support import RedisServer
 from ._helpers import (
-    ObservedRedisStorage,
     assert_layout_in_step,
     calls_between,
     command_calls,
@@ -68,8 +68,8 @@ async def test_a_chunked_batch_evicts_what_one_script_would(
     # A server of its own: the checks scan the keyspace, which the session's server fills.
     url = own_redis.url
     stores = {
-        "one script": ObservedRedisStorage.from_url(url, prefix="chunks-1", eviction_chunk=None),
-        "chunked": ObservedRedisStorage.from_url(url, prefix="chunks-n", eviction_chunk=chunk),
+        "one script": RedisStorage.from_url(url, prefix="chunks-1", eviction_chunk=None),
+        "chunked": RedisStorage.from_url(url, prefix="chunks-n", eviction_chunk=chunk),
     }
     raw = Redis.from_url(url)  # the same server, to count its commands
     try:

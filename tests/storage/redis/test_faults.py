@@ -19,7 +19,7 @@ from mcp_cancellation.storage.base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ...support import MakeRegistry, RedisServer, async_wait_until
-from ._helpers import ObservedRedisStorage, settled
+from ._helpers import settled
 
 pytestmark = pytest.mark.redis
 
@@ -250,8 +250,8 @@ async def test_a_late_finish_leaves_the_cancellation_of_a_request_still_in_fligh
     # even through a resync.
     with _persistent() as server:
         options: dict[str, Any] = {"prefix": "aof", **FAST}
-        failing = ObservedRedisStorage.from_url(server.url, **options)
-        running = ObservedRedisStorage.from_url(server.url, **options)
+        failing = RedisStorage.from_url(server.url, **options)
+        running = RedisStorage.from_url(server.url, **options)
         first = CancellationRegistry(failing, janitor_interval=None)
         second = CancellationRegistry(running, janitor_interval=None)
         observer = RedisStorage.from_url(server.url, **options)
@@ -349,7 +349,7 @@ async def test_a_resync_releases_the_rows_redis_holds_for_this_worker_beyond_its
     live request stays), and the reused id starts uncancelled."""
     registry = make_registry()
     storage = registry.storage
-    assert isinstance(storage, ObservedRedisStorage)
+    assert isinstance(storage, RedisStorage)
     async with registry.request(1, "s"):
         await settled(storage)
         worker = storage.worker_id
@@ -376,7 +376,7 @@ async def test_a_lost_table_is_noticed_by_the_next_call_and_rebuilt_by_every_wor
     tool_worker = make_registry()
     other_worker = make_registry()
     storage = tool_worker.storage
-    assert isinstance(storage, ObservedRedisStorage)
+    assert isinstance(storage, RedisStorage)
     async with tool_worker.request(1, "s") as token:
         await settled(storage)
         await other_worker.in_flight(1, "s")  # the other worker knows the table too
@@ -448,41 +448,48 @@ async def test_a_cancellation_that_overtakes_a_track_on_its_way_still_stops_the_
     server: RedisServer, prefix: str, raw: Redis
 ) -> None:
     """Worker A's track is held on its way to Redis while worker B records a cancellation
-    of that request: B finds nothing in flight (the client still gets its 202), and the
-    track, once it lands, claims the cancellation. A request that starts after such a miss
-    is not touched by it."""
+    of that request: B finds nothing in flight and waits (``track_wait``); the track, once
+    it lands within the wait, claims the cancellation (B's client gets its 202 after it).
+    A request that starts after B answered is not touched by that cancellation, however
+    late its track lands."""
     async with HoldingProxy(server.port) as proxy:
-        slow = ObservedRedisStorage.from_url(proxy.url, prefix=prefix, max_wait=0)
+        slow = RedisStorage.from_url(proxy.url, prefix=prefix, max_wait=0)
         a = CancellationRegistry(slow, janitor_interval=None)
-        b = CancellationRegistry(RedisStorage.from_url(server.url, prefix=prefix))
+        b = CancellationRegistry(
+            RedisStorage.from_url(server.url, prefix=prefix), janitor_interval=None, track_wait=1.0
+        )
         try:
             assert not await a.in_flight("warm", scope="s")
             assert not await b.in_flight("warm", scope="s")
             await settled(slow)
             proxy.hold()
             async with a.request(7, scope="s") as token:
-                assert not await b.cancel_in_flight(7, "overtaken", scope="s")
+                cancel = asyncio.create_task(b.cancel_in_flight(7, "overtaken", scope="s"))
+                await async_wait_until(lambda: _waiting(raw, prefix), within=10)
                 proxy.release()
-                await async_wait_until(lambda: token.cancelled, within=10)
+                assert await cancel  # the late track claimed it
+                assert token.cancelled
                 assert token.reason == "overtaken"
-            async with a.request(7, scope="s") as again:  # the id reused: the miss is spent
+            async with a.request(7, scope="s") as again:  # the id reused: nothing is left
                 await async_wait_until(lambda: b.in_flight(7, scope="s"), within=10)
                 assert not again.cancelled
 
-            assert not await b.cancel_in_flight(8, "too early", scope="s")
-            missed_at = await _redis_ms(raw)
-            # (Another worker's request that starts within one round trip of its track
-            # after the miss may claim it: its start is known give or take that.)
-            await async_wait_until(lambda: _later_than(raw, missed_at + 50), within=10)
+            assert not await b.cancel_in_flight(8, "too early", scope="s")  # answered
             proxy.hold()
             async with a.request(8, scope="s") as later:
                 proxy.release()
                 await async_wait_until(lambda: b.in_flight(8, scope="s"), within=10)
                 assert not later.cancelled
+            assert not await _waiting(raw, prefix)
         finally:
             proxy.release()
             await a.aclose()
             await b.aclose()
+
+
+async def _waiting(client: Redis, prefix: str) -> bool:
+    """Whether a waiting cancellation is in the table."""
+    return bool([key async for key in client.scan_iter(match="{" + prefix + "}:wait:*")])
 
 
 async def _redis_ms(client: Redis) -> int:

@@ -20,10 +20,11 @@ import pytest
 from redis.asyncio import Redis
 
 from mcp_cancellation import CancellationRegistry
+from mcp_cancellation.storage.redis import RedisStorage
 from mcp_cancellation.storage.redis import _scripts as scripts
 
 from ...support import RedisServer, async_wait_until
-from ._helpers import ObservedRedisStorage, settled
+from ._helpers import settled
 
 pytestmark = pytest.mark.redis
 
@@ -67,7 +68,7 @@ async def client(redis_server: RedisServer) -> AsyncIterator[ScriptLog]:
 
 @pytest.fixture
 async def registry(client: ScriptLog, prefix: str) -> AsyncIterator[CancellationRegistry]:
-    storage = ObservedRedisStorage(client, prefix=prefix)
+    storage = RedisStorage(client, prefix=prefix)
     registry = CancellationRegistry(storage, janitor_interval=None)
     await registry.stats()
     await settled(storage)  # the resync after the first subscription has run
@@ -89,7 +90,7 @@ async def _end_during_a_resync(
     flight, start a resync and hold its script; end the request, and let the resync's
     script run only once the request has ended."""
     storage = registry.storage
-    assert isinstance(storage, ObservedRedisStorage)
+    assert isinstance(storage, RedisStorage)
     caplog.set_level(logging.DEBUG, "mcp_cancellation.redis")
     entered, leave = asyncio.Event(), asyncio.Event()
     served = asyncio.create_task(serve(entered, leave))

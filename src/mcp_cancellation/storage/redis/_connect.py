@@ -85,6 +85,7 @@ STORAGE_OPTIONS = frozenset(
         "eviction_chunk",
         "max_concurrency",
         "max_wait",
+        "operator",
     }
 )
 #: from_url()'s options that configure the client, with their defaults.

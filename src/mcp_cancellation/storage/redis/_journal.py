@@ -1,19 +1,10 @@
 """This worker's in-flight requests and the writes it owes Redis (private).
 
-Every track and release is put in a queue that one background task sends to Redis, all
-those of the same moment in one ``SYNC`` script call (one round trip, however many
-requests start or end together). A request waits for its own write at most ``wait``
-seconds: a Redis that stalls or refuses never holds a call longer, and the call runs
-cancellable in this worker meanwhile. A write that fails stays queued, in order, and is
-sent again with backoff until Redis takes it; every write is idempotent, so a batch that
-failed half-way is simply sent again.
-
-A *resync* sends this worker's whole state instead: a track of every request it has in
-flight (Redis answers which of them were cancelled meanwhile), the queued releases, and a
-release of every in-flight row Redis holds for this worker beyond those (a write lost
-with the table, or rows a failover brought back). It runs after every (re)subscription,
-when the heartbeat was found missing, when the table's epoch changed (the table was lost)
-and when another worker found it lost.
+The *tokens* of its owners (what a pushed cancellation flips), and the *queue* of their
+tracks and releases, sent by one background task in one ``SYNC`` per moment, retried with
+backoff until Redis takes them; a request waits for its write at most ``wait``. A *resync*
+sends the worker's whole state instead. docs/architecture.md, "The Redis table", has the
+protocol (the worker's state, and what each event does).
 """
 
 from __future__ import annotations
@@ -29,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..._extras import requires
 from ...errors import StorageUnavailable
 from .._in_flight import InFlightTokens, Row
-from ._codec import decode_reason, text, to_bytes
+from ._contracts import SyncCall, SyncOp, SyncReply
 from ._home import HomeLoop
 
 with requires("redis", "RedisStorage"):
@@ -46,28 +37,6 @@ logger = logging.getLogger("mcp_cancellation.redis")
 BATCH = 256
 
 RunScript = Callable[..., Awaitable[Any]]
-
-
-class _Reply:
-    """A ``SYNC`` reply, indexable as the script returned it, with :attr:`reasons`: one
-    per ``T``, a cancellation the track claimed or ``None``."""
-
-    __slots__ = ("_reply", "reasons")
-
-    def __init__(self, reply: list[Any], round_trip: float) -> None:
-        self._reply = reply
-        # {µs after the miss, reason}: the request's start as Redis saw it came after a
-        # cancellation that found it not in flight; the track was in transit for at most
-        # this call's round trip, so a start within it may have preceded the miss: claim
-        # it (losing no cancellation), and leave any later one alone.
-        limit = round_trip * 1_000_000
-        self.reasons = [
-            (v[1] if int(v[0]) <= limit else None) if isinstance(v, list) else v
-            for v in reply[3:-1]
-        ]
-
-    def __getitem__(self, index: int) -> Any:
-        return self._reply[index]
 
 
 class _Write:
@@ -96,23 +65,20 @@ class Journal:
     docstring). The token table is safe from any thread; the queue lives on the home loop."""
 
     home: HomeLoop
+    #: Runs one script: ``run_script(name, argv)``, bounded and translated.
     run_script: RunScript
-    #: The storage's public resync(), which calls resync().
-    storage_resync: Callable[[], Awaitable[int]]
+    prefix: bytes
     heartbeat_ms: str
-    grace_ms: str
-    recovering: Callable[[], bool]
-    refused: Callable[[], Awaitable[None]]
+    #: How long, after this worker saw Redis fail, its calls mark the table as recovering
+    #: (``P lost``: cancellations of ids not in flight are refused meanwhile).
+    grace: float
+    #: Tells the other workers that Redis refuses this worker's writes.
+    announce_refusal: Callable[[], Awaitable[None]]
     wait: float
     backoff: tuple[float, float]
     worker: str = ""  # set by the storage before the first call
     #: The table's layout, '<partition>/<partitions>' (kept in ``P layout``).
     layout: str = "0/1"
-
-    @property
-    def started(self) -> bool:
-        """Whether this worker has sent Redis anything of its own (a track, a release)."""
-        return self._task is not None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -130,10 +96,16 @@ class Journal:
         self._beat = False
         #: The table's epoch as this worker last synchronised with it ('' before).
         self.epoch = ""
-        self._seen = 0  # the latest Redis time (µs) a reply told this worker
-        #: Per request in flight: the latest Redis time (µs) this worker knew as it
-        #: started (its tracks carry it, on a resync too; see saw()).
-        self._floors: dict[Row, int] = {}
+        #: Resyncs finished (for health checks and tests).
+        self.resyncs = 0
+
+    @property
+    def grace_ms(self) -> str:
+        return str(int(1000 * self.grace))
+
+    def recovering(self) -> bool:
+        """Whether a call of this worker failed within the grace period."""
+        return self.home.health.failed_within(self.grace)
 
     # -- the token table ---------------------------------------------------------------
 
@@ -160,16 +132,9 @@ class Journal:
         """Forget the rows of *dead* owners and queue their release; the rows."""
         with self._lock:
             rows = self._tokens.sweep(dead)
-            for row in rows:
-                self._floors.pop(row, None)
         for row in rows:
             self._put(_Write("R", row))
         return rows
-
-    def saw(self, redis_us: int) -> None:
-        """Redis's clock read *redis_us* (µs) before now: a cancellation that missed its
-        request then cannot claim a request this worker starts from now on."""
-        self._seen = max(self._seen, redis_us)
 
     # -- writes --------------------------------------------------------------------------
 
@@ -178,8 +143,6 @@ class Journal:
         with self._lock:
             self._tokens.add(*row, token)
             self._unsent.add(row)
-            if self._seen:
-                self._floors[row] = self._seen
         write = _Write("T", row, token)
         self._put(write)
         try:
@@ -198,7 +161,6 @@ class Journal:
         with self._lock:
             self._tokens.discard(*row)
             self._unsent.discard(row)
-            self._floors.pop(row, None)
         write = _Write(op, row)
         self._put(write)
         return write
@@ -315,14 +277,14 @@ class Journal:
             started = loop.time()
             try:
                 if self._resync_wanted:
-                    await self.storage_resync()
+                    await self._resync()
                 else:
                     await self._flush()
             except Exception as exc:  # never die: every later write depends on this task
                 if not isinstance(exc, StorageUnavailable):
                     logger.exception("sending this worker's in-flight rows to Redis failed")
                 elif isinstance(exc.__cause__, ResponseError):
-                    await self.refused()  # Redis answers, and refuses: tell the others
+                    await self.announce_refusal()  # Redis answers, and refuses: tell others
                 self._quiet.set()  # a reader goes on: Redis will fail it too, or answer
                 await asyncio.sleep(max(0.0, started + delay - loop.time()))
                 delay = min(delay * 2, self.backoff[1])
@@ -340,11 +302,11 @@ class Journal:
             self._unsent.difference_update(w.row for w in batch if w.op == "T")
         for write in batch:
             if write.op == "T":
-                value = next(reasons)
-                if value is not None and write.token is not None:
-                    write.token._cancel(decode_reason(value))
+                reason = next(reasons)
+                if reason is not None and write.token is not None:
+                    write.token._cancel(reason)
             write.settle()
-        if int(reply[1]) or int(reply[2]):
+        if reply.lost or reply.beat_missing:
             # The table this worker knew is gone, or its heartbeat lapsed (another
             # worker's cleanup may have swept its rows): put everything back.
             self._resync_wanted = True
@@ -368,15 +330,16 @@ class Journal:
         self._queue = [w for w in self._queue if id(w) not in sent]
         for write in queued:
             write.settle()
-        self.epoch = text(reply[0])
+        self.epoch = reply.epoch
         with self._lock:
             self._unsent.difference_update((s, k, o) for s, k, o, _ in snapshot)
         flipped = 0
-        for (_, _, _, token), value in zip(snapshot, reply.reasons, strict=True):
-            if value is not None and not token.cancelled:
-                token._cancel(decode_reason(value))
+        for (_, _, _, token), reason in zip(snapshot, reply.reasons, strict=True):
+            if reason is not None and not token.cancelled:
+                token._cancel(reason)
                 flipped += 1
-        stale = int(reply[-1])
+        self.resyncs += 1
+        stale = reply.stale
         if stale:
             logger.info("released %d in-flight row(s) Redis held for this worker", stale)
         waiters, self._resync_waiters = self._resync_waiters, []
@@ -391,45 +354,33 @@ class Journal:
             if not waiter.done():
                 waiter.set_exception(error)
 
-    async def _send(self, writes: Sequence[_Write], *, full: bool, operation: str) -> Any:
-        head: list[bytes | str] = [
-            self.worker,
-            self.heartbeat_ms,
-            self.epoch,
-            self.grace_ms,
-            "1" if full else "0",
-            "1" if self.recovering() else "0",
-            self.layout,
-        ]
-        sent = 0.0
-
+    async def _send(self, writes: Sequence[_Write], *, full: bool, operation: str) -> SyncReply:
         def call() -> Awaitable[Any]:
             # The ages are taken now, as the call goes out (after any wait for a
-            # connection): the track's time in transit is then at most the round trip.
-            nonlocal sent
-            sent = time.monotonic()
-            return self.run_script("SYNC", *head, *self._operations(writes, sent))
+            # connection), for the operators' view of when each request started.
+            now = time.monotonic()
+            sync = SyncCall(
+                worker=self.worker,
+                beat_ms=self.heartbeat_ms,
+                epoch=self.epoch,
+                grace_ms=self.grace_ms,
+                full=full,
+                recovering=self.recovering(),
+                layout=self.layout,
+                ops=[_op(write, now) for write in writes],
+            )
+            return self.run_script("SYNC", sync.argv(self.prefix))
 
-        reply = await self.home.call(call, operation)
+        reply = SyncReply.decode(await self.home.call(call, operation))
         if not self.epoch:
-            self.epoch = text(reply[0])
-        return _Reply(reply, time.monotonic() - sent)
+            self.epoch = reply.epoch
+        return reply
 
-    def _operations(self, writes: Sequence[_Write], now: float) -> list[bytes | str]:
-        args: list[bytes | str] = []
-        floors = self._floors
-        for write in writes:
-            scope, key, owner = write.row
-            op = write.op
-            token = write.token
-            if token is not None:  # 'T<us>[,<floor>][:<tool>]' (see sync.lua)
-                # (its start lets Redis tell whether a cancellation that found it not in
-                # flight came after it started)
-                op += str(max(0, int(1_000_000 * (now - token.started))))
-                floor = floors.get(write.row)
-                if floor:
-                    op += f",{floor}"
-                if token.tool:
-                    op += ":" + token.tool
-            args += [op, to_bytes(scope), to_bytes(key), to_bytes(owner)]
-        return args
+
+def _op(write: _Write, now: float) -> SyncOp:
+    scope, key, owner = write.row
+    token = write.token
+    if token is None:
+        return SyncOp(write.op, scope, key, owner)
+    age = int(1_000_000 * (now - token.started))
+    return SyncOp(write.op, scope, key, owner, age, token.tool)

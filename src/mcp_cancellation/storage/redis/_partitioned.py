@@ -132,6 +132,7 @@ class PartitionedRedisStorage(Storage):
         limits: Limits,
         require_in_flight: bool = False,
         operator: bool = False,
+        track_wait: float = 0.0,
     ) -> AddResult:
         index = self._index_of(scope)
         share = self._split(limits)[index]
@@ -142,6 +143,7 @@ class PartitionedRedisStorage(Storage):
             limits=share,
             require_in_flight=require_in_flight,
             operator=operator,
+            track_wait=track_wait,
         )
 
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:

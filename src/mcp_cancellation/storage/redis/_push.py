@@ -1,14 +1,7 @@
-"""Push between workers: the listener that flips tokens when another worker records a
-cancellation, and the heartbeat that keeps this worker's rows alive (private).
-
-* The listener subscribes to this worker's channel (``P c:<worker>``) and to the table's
-  ``P resync`` channel (on a cluster, sharded channels on the slot's master,
-  :mod:`._cluster`), pings a connection that silently stopped answering and reconnects
-  with exponential backoff. Each (re)subscription, and each message on ``P resync`` (a
-  worker found the table lost), has the journal resynchronise, so a message lost during
-  a disconnect is not a lost cancellation.
-* The heartbeat has the journal refresh ``P hb:<worker>`` every third of its TTL (any
-  call of the journal refreshes it too), which also checks the table's epoch.
+"""Push between workers: the listener that flips this worker's tokens when another worker
+records a cancellation, and the heartbeat (private). Both start at the worker's first
+track. docs/architecture.md, "The Redis table", has the channels and what each message
+does.
 """
 
 from __future__ import annotations
@@ -20,20 +13,33 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ._codec import decode_reason, split_netstrings, text, to_bytes
-from ._home import HomeLoop, reraise_cancellation
+from ._home import UNAVAILABLE, HomeLoop, reraise_cancellation
 from ._journal import Journal
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.asyncio.client import PubSub
+    from redis.asyncio.cluster import RedisCluster
 
-__all__ = ["BEHIND", "ChannelSubscription", "Push", "Subscription"]
+__all__ = ["RECOVERING", "ChannelSubscription", "Push", "Subscription", "announce_refusal"]
 
 #: The message on ``P resync`` of a worker whose writes Redis refuses (out of memory, a
 #: missing permission): until it stops, "not in flight" cannot be told.
-BEHIND = "behind"
+RECOVERING = "recovering"
 
 logger = logging.getLogger("mcp_cancellation.redis")
+
+
+async def announce_refusal(
+    client: Redis | RedisCluster, channel: bytes, sharded: bool, within: float
+) -> None:
+    """Tell every worker that Redis refuses this worker's writes: their Redis then refuses
+    cancellations of ids it does not see in flight (503, never a 202 that does nothing).
+    Not a storage call: its success would count as Redis answering again."""
+    publish = client.spublish if sharded else client.publish
+    with contextlib.suppress(*UNAVAILABLE):
+        async with asyncio.timeout(within):
+            await publish(channel, RECOVERING)
 
 
 class Subscription(Protocol):
@@ -165,8 +171,8 @@ class Push:
                     elif kind == subscription.message:
                         if to_bytes(message["channel"]) == broadcast:
                             data = text(message["data"])
-                            if data == BEHIND:  # a worker's writes are refused
-                                self.home.health.trouble_elsewhere()
+                            if data == RECOVERING:  # a worker's writes are refused
+                                self.home.health.recovering_elsewhere()
                             elif data != self.journal.epoch:
                                 self.journal.want_resync()  # the table was lost
                         else:

@@ -10,9 +10,10 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import logging
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from ..._extras import requires
@@ -23,22 +24,21 @@ from .._health import Health
 from ..base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from . import _scripts as scripts
 from ._cluster import ShardSubscription, is_cluster
-from ._codec import (
-    add_arguments,
-    collect_evicted,
-    decode_in_flight,
-    decode_reason,
-    decode_summary,
-    flight_of,
-    member,
-    text,
-    to_bytes,
-)
+from ._codec import decode_in_flight, decode_reason, flight_of, member, text, to_bytes
 from ._connect import connect, table_identity
-from ._home import UNAVAILABLE, HomeLoop
+from ._contracts import (
+    AddCall,
+    AddReply,
+    CleanupCall,
+    CleanupReply,
+    WithdrawCall,
+    decode_summary,
+    summary_argv,
+)
+from ._home import HomeLoop
 from ._journal import Journal
 from ._layout import check_layout
-from ._push import BEHIND, ChannelSubscription, Push, Subscription
+from ._push import ChannelSubscription, Push, Subscription, announce_refusal
 
 with requires("redis", "RedisStorage"):
     from redis.asyncio import Redis
@@ -46,8 +46,6 @@ with requires("redis", "RedisStorage"):
     from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
-    from redis.commands.core import AsyncScript
-
     from ...token import RequestToken
 
 __all__ = ["DEFAULT_PREFIX", "RedisStorage"]
@@ -63,6 +61,9 @@ DEFAULT_EVICTION_CHUNK = 250
 DEFAULT_CLEANUP_BATCH = 500
 #: The longest a request waits for Redis as it starts and as it ends (seconds).
 DEFAULT_MAX_WAIT = 0.25
+#: How long a waiting cancellation outlives its wait when its waiter cannot withdraw it
+#: (the waiter died, or Redis stalled): a later request of its id is safe past that.
+WAIT_MARGIN = 1.0
 #: Entries one command of the operator view reads (a fraction of a millisecond of Redis).
 PAGE = 1000
 T = TypeVar("T")
@@ -79,7 +80,9 @@ class RedisStorage(Storage):
     *reconnect_backoff*). *heartbeat_ttl* is how long a silent worker keeps its rows;
     *identity* names the table in metrics (default: see :attr:`identity`);
     *eviction_chunk* bounds the rows one script evicts (``None``: one script per batch).
-    docs/deployment.md, sections 7 and 8, says more of each.
+    docs/deployment.md, sections 7 and 8, says more of each. An *operator* storage (the
+    ``inspect`` and ``cancel`` commands) reads and cancels but never joins the table's
+    workers: no listener, no heartbeat, and it tracks no request.
     """
 
     name = "redis"
@@ -98,6 +101,7 @@ class RedisStorage(Storage):
         eviction_chunk: int | None = DEFAULT_EVICTION_CHUNK,
         max_concurrency: int = 50,
         max_wait: float = DEFAULT_MAX_WAIT,
+        operator: bool = False,
     ) -> None:
         if not prefix or "{" in prefix or "}" in prefix:
             raise ConfigurationError("prefix must be non-empty and contain no '{' or '}'")
@@ -108,6 +112,7 @@ class RedisStorage(Storage):
         if eviction_chunk is not None and eviction_chunk < 1:
             raise ConfigurationError("eviction_chunk must be >= 1 or None")
         self._eviction_chunk = eviction_chunk
+        self.operator = operator
         self._redis = client
         self.prefix = prefix
         self._identity = identity if identity is not None else table_identity(client, prefix)
@@ -121,8 +126,9 @@ class RedisStorage(Storage):
         self._used = False  # once a call was made, the worker id is fixed
         self.cluster = is_cluster(client)
         self._sources = {name: scripts.source(name, sharded=self.cluster) for name in scripts.NAMES}
-        self._scripts: dict[str, AsyncScript] = {
-            name: client.register_script(text) for name, text in self._sources.items()
+        self._shas = {
+            name: hashlib.sha1(text.encode("utf-8")).hexdigest()
+            for name, text in self._sources.items()
         }
         self._health = Health(self, "Redis")
         subscription: Subscription
@@ -143,13 +149,14 @@ class RedisStorage(Storage):
         self._journal = Journal(
             home=self._home,
             run_script=self._script,
-            storage_resync=self.resync,
+            prefix=self._prefix,
             heartbeat_ms=str(max(1, int(heartbeat_ttl * 1000))),
             # Past a loss or an outage, cancellations of ids not in flight are refused
             # until every worker has had its retry (the backoff's longest wait) twice.
-            grace_ms=str(int(1000 * self._grace)),
-            recovering=self._recovering,
-            refused=self._refused,
+            grace=self._grace,
+            announce_refusal=functools.partial(
+                announce_refusal, client, self._prefix + b"resync", self.cluster, timeout
+            ),
             wait=max_wait,
             backoff=reconnect_backoff,
         )
@@ -239,29 +246,29 @@ class RedisStorage(Storage):
         return f"<RedisStorage prefix={self.prefix!r} worker={self.worker_id!r}>"
 
     def _on_call(self) -> None:
-        """Before each call, on the home loop: the worker id is fixed from now on, and once
-        this worker has requests of its own (its journal started), the background tasks
-        (listener, heartbeat) run. A process that only reads or cancels (an operator's
-        ``inspect`` and ``cancel``) never registers as a worker."""
+        """Before each call, on the home loop: the worker id is fixed from now on, and the
+        background tasks (listener, heartbeat) run, except on an operator's storage."""
         self._used = True
-        if self._journal.started and not self._push.started and not self._home.closed:
+        if not (self._push.started or self._home.closed or self.operator):
             self._push.start()
 
-    async def _script(self, name: str, *args: bytes | str | int) -> Any:
-        argv = [self._prefix, *args]
-        try:
-            # EVALSHA; on NOSCRIPT redis-py loads the script and tries once more.
-            return await self._scripts[name](keys=[self._routing_key], args=argv)
-        except NoScriptError:
-            # Still unknown where the command went: on a cluster, a replica just promoted
-            # by a failover, which SCRIPT LOAD (sent to the primaries the client knew of)
-            # missed. EVAL carries the text, and leaves it in that node's cache.
-            return await self._redis.eval(self._sources[name], 1, self._routing_key, *argv)
+    async def _script(self, name: str, argv: Sequence[bytes | str]) -> Any:
+        """Script *name* with *argv* (its contract's encoding, the prefix first).
 
-    async def _run(self, name: str, *args: bytes | str | int, operation: str = "") -> Any:
+        ``EVALSHA``, and on ``NOSCRIPT`` ``EVAL`` with the text, which leaves it in that
+        node's cache: the script goes only to the node that holds the table (redis-py's
+        own loader sends it to every primary, so one paused master would stall a cold
+        start of every partition)."""
+        keys = (self._routing_key,)
+        try:
+            return await self._redis.evalsha(self._shas[name], 1, *keys, *argv)
+        except NoScriptError:
+            return await self._redis.eval(self._sources[name], 1, *keys, *argv)
+
+    async def _run(self, name: str, argv: Sequence[bytes | str], operation: str = "") -> Any:
         """One script, on the home loop, bounded and translated; a failure is reported
         as *operation* (default: the script's name)."""
-        call = functools.partial(self._script, name, *args)
+        call = functools.partial(self._script, name, argv)
         return await self._home.call(call, operation or name.lower())
 
     # -- cancellation rows -------------------------------------------------------------
@@ -275,33 +282,34 @@ class RedisStorage(Storage):
         limits: Limits,
         require_in_flight: bool = False,
         operator: bool = False,
+        track_wait: float = 0.0,
     ) -> AddResult:
         # A request in flight here is in flight, whether or not its track has reached
         # Redis yet: record its cancellation (the track then finds it pending and binds it).
         here = require_in_flight and self._journal.holds(scope, key)
-        args = [
-            *add_arguments(scope, key, reason, limits, require_in_flight and not here),
-            self.worker_id,
-            "" if self._eviction_chunk is None else str(self._eviction_chunk),
-        ]
-        shadow = "1" if limits.shadow_quota else "0"
+        call = AddCall(
+            scope=scope,
+            key=key,
+            reason=reason,
+            in_flight=require_in_flight and not here,
+            limits=limits,
+            worker=self.worker_id,
+            budget=self._eviction_chunk,
+            epoch=self._journal.epoch,
+            grace_ms=self._journal.grace_ms,
+            recovering=self._recovering(),
+            operator=operator,
+            waiter=uuid.uuid4().hex,
+            wait_ms=int(1000 * (track_wait + WAIT_MARGIN)),
+        )
         evicted: list[tuple[str, int]] = []
-        owed: bytes | str = ""
-        partial: bytes | str = ""
-        origin = "@operator" if operator else "@"
         while True:  # more than one call only while a large eviction batch is under way
             try:
-                reply = await self._run(
-                    "ADD",
-                    *args,
-                    owed,
-                    partial,
-                    shadow,
-                    self._journal.epoch,
-                    self._journal.grace_ms,
-                    "1" if self._recovering() else "0",
-                    origin,
-                )
+                reply = AddReply.decode(await self._run("ADD", call.argv(self._prefix)))
+            except asyncio.CancelledError:
+                if call.in_flight:  # it may have left a waiting cancellation: withdraw it
+                    await self._withdraw_anyway(WithdrawCall(scope, key, call.waiter))
+                raise
             except StorageUnavailable:
                 if not (here and require_in_flight) or evicted:
                     raise
@@ -315,23 +323,43 @@ class RedisStorage(Storage):
                 )
                 self._flip(scope, key, reason, operator)
                 return AddResult("recorded")
-            outcome = text(reply[0])
-            if outcome == "not_in_flight":  # its requests from now on were not meant
-                self._journal.saw(int(reply[7]))
-            if int(reply[6]):  # this worker's view of the table is old
+            if reply.lost:  # this worker's view of the table is old
                 self._home.soon(self._journal.want_resync)
-            collect_evicted(evicted, reply)
-            if outcome != "evicting":
+            reply.collect(evicted)
+            if reply.outcome != "evicting":
                 break
-            owed, partial = str(int(reply[2])), to_bytes(reply[3])
-        if outcome == "behind":
+            call = dataclasses.replace(call, owed=reply.owed, partial=reply.partial)
+        outcome = reply.outcome
+        if outcome == "recovering":
             # The table was lost, or Redis is just back: a worker may not have re-tracked
             # its requests yet, so "not in flight" cannot be told. The client may retry.
             raise StorageUnavailable("Redis is resynchronising the table; retry shortly")
+        if outcome == "waiting":
+            claimed = await self._withdraw(WithdrawCall(scope, key, call.waiter), track_wait)
+            return AddResult("recorded" if claimed else "not_in_flight", (), reply.over_quota)
         if outcome in ("recorded", "updated"):
             self._flip(scope, key, reason, operator)
-        over = outcome == "recorded" and bool(int(reply[4]))
+        over = outcome == "recorded" and reply.over_quota
         return AddResult(outcome, tuple(evicted), over)  # type: ignore[arg-type]
+
+    async def _withdraw(self, call: WithdrawCall, wait: float) -> bool:
+        """Wait *wait* seconds for a track to claim a waiting cancellation, then withdraw it
+        (also when the wait is cancelled: nothing of it may outlive its answer, and should
+        the withdrawal fail, it lapses ``WAIT_MARGIN`` after the wait). Whether a track
+        claimed it."""
+        try:
+            await asyncio.sleep(wait)
+        except asyncio.CancelledError:
+            await self._withdraw_anyway(call)
+            raise
+        return WithdrawCall.claimed(await self._run("WITHDRAW", call.argv(self._prefix), "add"))
+
+    async def _withdraw_anyway(self, call: WithdrawCall) -> None:
+        """Withdraw a waiting cancellation for a caller that was cancelled (shielded; a
+        failure leaves it to lapse, ``WAIT_MARGIN`` after its wait)."""
+        withdraw = self._run("WITHDRAW", call.argv(self._prefix), "add")
+        with contextlib.suppress(StorageUnavailable, asyncio.CancelledError):
+            await asyncio.shield(asyncio.ensure_future(withdraw))
 
     def _flip(self, scope: str, key: str, reason: str | None, operator: bool) -> None:
         """Flip this worker's tokens of ``(scope, key)``."""
@@ -339,20 +367,9 @@ class RedisStorage(Storage):
         for token in self._journal.tokens(scope, key):
             token._cancel(reason, method)
 
-    async def _refused(self) -> None:
-        """Tell every worker that Redis refuses this worker's writes: their Redis then
-        refuses cancellations of ids it does not see in flight (see ``_grace``)."""
-        channel = self._prefix + b"resync"
-        publish = self._redis.spublish if self.cluster else self._redis.publish
-        # Not through the home loop's call(): its success would count as Redis answering
-        # again, and a lasting refusal would log a warning and a recovery every retry.
-        with contextlib.suppress(*UNAVAILABLE):
-            async with asyncio.timeout(self.timeout):
-                await publish(channel, BEHIND)
-
     def _recovering(self) -> bool:
         """Whether a call of this storage failed within the grace period."""
-        return self._health.failed_within(self._grace)
+        return self._journal.recovering()
 
     async def ping(self) -> None:
         """A ``PING`` within the storage's bounds (its failure is logged once, with the
@@ -367,7 +384,8 @@ class RedisStorage(Storage):
         return (False, None) if value is None else (True, decode_reason(value))
 
     async def remove(self, scope: str, key: str) -> bool:
-        return bool(await self._run("REMOVE", to_bytes(scope), to_bytes(key)))
+        argv = [self._prefix, to_bytes(scope), to_bytes(key)]  # (lua/remove.lua)
+        return bool(await self._run("REMOVE", argv))
 
     async def _settle(self) -> None:
         """Let this worker's queued writes reach Redis first (bounded): a read then sees
@@ -381,6 +399,8 @@ class RedisStorage(Storage):
     async def track(self, scope: str, key: str, owner: str, token: RequestToken) -> None:
         """Hold *token* here (pushed cancellations flip it from now on) and track it in
         Redis, waiting at most ``max_wait``: past it the track is sent when Redis answers."""
+        if self.operator:
+            raise ConfigurationError("an operator's RedisStorage tracks no request")
         track = functools.partial(self._journal.track, (scope, key, owner), token)
         await self._home.at_home(track, self.timeout * 2)
 
@@ -458,13 +478,14 @@ class RedisStorage(Storage):
         # cancellation rows go with them unless another owner is still in flight).
         in_flight_removed = len(self._journal.sweep(dead))
         await self._journal.settle(self.timeout)
-        ttl_arg = "" if ttl is None else str(max(0, int(ttl * 1_000_000)))
+        ttl_us = None if ttl is None else max(0, int(ttl * 1_000_000))
+        call = CleanupCall(self.worker_id, ttl_us, self._cleanup_batch)
         removed = 0
         while True:
-            reply = await self._run("CLEANUP", self.worker_id, ttl_arg, str(self._cleanup_batch))
-            removed += int(reply[0])
-            in_flight_removed += int(reply[1])
-            if not int(reply[2]):
+            reply = CleanupReply.decode(await self._run("CLEANUP", call.argv(self._prefix)))
+            removed += reply.removed
+            in_flight_removed += reply.in_flight_removed
+            if not reply.more:
                 return removed, in_flight_removed
 
     async def stats(self) -> StorageStats:
@@ -486,13 +507,8 @@ class RedisStorage(Storage):
     async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
         """Totals by scope kind, the *top_k* largest scopes and the number holding at least
         *at_least* rows: one script, O(k log n)."""
-        reply = await self._run(
-            "SUMMARY",
-            str(max(0, top_k)),
-            "" if at_least is None else str(at_least),
-            operation="stats",
-        )
-        return decode_summary(reply)
+        argv = summary_argv(self._prefix, top_k, at_least)
+        return decode_summary(await self._run("SUMMARY", argv, "stats"))
 
     def stats_from_thread(self, timeout: float) -> StorageStats | None:
         """:meth:`stats` on the home loop, from another thread, within *timeout*."""
@@ -505,6 +521,11 @@ class RedisStorage(Storage):
         return self._home.from_thread(functools.partial(self.summary, top_k, at_least), timeout)
 
     # -- push ----------------------------------------------------------------------------
+
+    @property
+    def resyncs(self) -> int:
+        """Resyncs this worker finished (each re-tracks its requests in Redis)."""
+        return self._journal.resyncs
 
     async def resync(self) -> int:
         """Re-track this worker's in-flight rows in Redis, flip the tokens of those

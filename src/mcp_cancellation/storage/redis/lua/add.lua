@@ -1,27 +1,38 @@
--- ARGV: prefix, scope, key, reason (encoded), require_in_flight ("1"/"0"), quota ("" for
--- none), cap ("" for none), eviction batch, this worker's id, the most rows this call may
--- evict ("" for no bound), rows of a batch an earlier call left owed ("" for none) and the
--- scope it was part-way through ("" for none), shadow quota ("1": record past the quota
--- and say so, "" or "0": refuse), the table's epoch as this worker knows it ("" for none)
--- the grace of a lost table (ms), recovering ("1": this worker saw Redis fail within
--- the grace period, so `P lost` marks it too), and the origin ("@operator" for an
--- operator's cancellation, else "@"), carried in each pushed message so that the worker
--- whose call it stops can report it.
--- A row is bound to the owners in flight (each gets its mark in P f:<m>), or pending
--- ('*' before its reason) when none is: see track() in the prelude.
--- Returns {outcome, one-row scopes evicted, rows still owed, scope part-way, over quota
--- (1 or 0), the other evictions, 1 if this worker's epoch is old (it must resync), and
--- for ``not_in_flight`` the time (µs) of the miss it left, see track()}. Outcome
--- ``evicting`` means the call spent its eviction
--- budget before the batch was done and wrote nothing else: the caller calls again with
--- the owed rows and the scope, so that no single script holds Redis for long, and the
--- calls together evict exactly what one unbounded call would. Evictions are packed as
--- netstrings, so that a batch of thousands of scopes is two reply elements: the other
--- evictions as (scope, count) pairs in eviction order, then the scopes evicted whole with
--- one row each (an address-rotation flood), which come after them, as scopes alone.
--- Outcome ``behind``: the table was lost (or this worker's epoch is old) and workers may
--- not have re-tracked their requests yet; nothing was written.
+-- ADD: record a cancellation of (scope, key). docs/architecture.md, "The Redis table".
+-- KEYS[1]: P scopes (routing only; every key is built from P, the one hash tag).
+-- ARGV (built by _contracts.AddCall.argv, in this order):
+--   1 prefix       P
+--   2 scope        the caller's scope
+--   3 key          the request id
+--   4 reason       the encoded reason
+--   5 in_flight    '1': only for a request in flight (else it waits: see below)
+--   6 quota        the scope's quota ('' for none)
+--   7 cap          the table's cap ('' for none)
+--   8 batch        rows one eviction evicts
+--   9 worker       this worker's id (its own owners are flipped by the caller)
+--  10 budget       the most rows this call may evict ('' for no bound)
+--  11 owed         rows of a batch an earlier call left owed ('' for none)
+--  12 partial      the scope that call was part-way through ('' for none)
+--  13 shadow       '1': record past the quota and say so; else refuse
+--  14 epoch        the table's epoch as this worker knows it ('' for none)
+--  15 grace_ms     how long a lost table refuses "not in flight"
+--  16 recovering   '1': this worker saw Redis fail within the grace period
+--  17 origin       '@operator' for an operator's cancellation, else '@' (pushed along)
+--  18 waiter       a name for this call, unique (the waiting cancellation's field)
+--  19 wait_ms      how long the waiting cancellation may live if its waiter dies
+-- Reply (decoded by _contracts.AddReply): {outcome, one-row scopes evicted, rows still
+-- owed, scope part-way, over quota (1/0), the other evictions, epoch lost (1/0)}.
+-- Outcomes: recorded / updated (a row, bound to the owners in flight, or pending when
+-- in_flight is '0' and none is); waiting (in_flight '1' and none is: a waiting
+-- cancellation was written, which the caller withdraws with WITHDRAW after its wait);
+-- quota (refused); recovering (the table was lost or Redis just failed: "not in flight"
+-- cannot be told; nothing written); evicting (the eviction budget ran out before the
+-- batch was done and nothing else was written: call again with owed and partial; the
+-- calls together evict exactly what one unbounded call would). Evictions are packed as
+-- netstrings: (scope, count) pairs in eviction order, then the scopes evicted whole with
+-- one row each (an address-rotation flood), as scopes alone.
 local scope, key, renc = ARGV[2], ARGV[3], ARGV[4]
+local quota = tonumber(ARGV[6])
 local m = member(scope, key)
 local fk = flight_key(m)
 local result, evicted, singles = {'recorded', '', 0, '', 0, '', 0}, {}, {}
@@ -34,22 +45,29 @@ local function done(outcome)
 end
 -- (A worker whose epoch is old still records a cancellation of a request in flight; it
 -- is told to resynchronise by the last reply element.)
-local _, lost = check_epoch(ARGV[14] or '', ARGV[15] or '1000')
+local _, lost = check_epoch(ARGV[14], ARGV[15])
 result[7] = lost
-if ARGV[16] == '1' then redis.call('SET', LOST, '1', 'PX', ARGV[15]) end
+if ARGV[16] == '1' then redis.call('SET', RECOVERING, '1', 'PX', ARGV[15]) end
 if owed > 0 then
   owed, budget, partial = evict(owed, budget, partial, evicted, singles)
   if owed > 0 then return done('evicting') end
 end
 local in_flight = redis.call('EXISTS', fk) == 1
 if ARGV[5] == '1' and not in_flight then
-  if redis.call('EXISTS', LOST) == 1 then return done('behind') end
-  -- A request may have started with its track still on its way here (a worker waits for
-  -- it at most max_wait): that track claims this cancellation (see track()).
-  local at = string.format('%.0f', now_us())
-  redis.call('SET', miss_key(m), at .. ' ' .. renc, 'PX', MISS_MS)
-  result[8] = at  -- this worker's requests that start from now on cannot have been meant
-  return done('not_in_flight')
+  if redis.call('EXISTS', RECOVERING) == 1 then return done('recovering') end
+  -- Its track may still be on its way: wait for it (the quota counts what waits).
+  local waiting = waiting_of(scope)
+  if quota and count_of(scope) + waiting >= quota then
+    if ARGV[13] ~= '1' then return done('quota') end
+    result[5] = 1
+  end
+  local wk = wait_key(m)
+  redis.call('HSET', wk, ARGV[18], renc)
+  redis.call('PEXPIRE', wk, ARGV[19])
+  local lapse = now_us() + 1000 * tonumber(ARGV[19])
+  redis.call('ZADD', waiting_key(scope), string.format('%.0f', lapse), netstring(key) .. ARGV[18])
+  redis.call('PEXPIRE', waiting_key(scope), ARGV[19])
+  return done('waiting')
 end
 local stored = in_flight and renc or ('*' .. renc)
 if redis.call('HEXISTS', REASONS, m) == 1 then
@@ -57,7 +75,7 @@ if redis.call('HEXISTS', REASONS, m) == 1 then
   result[1] = 'updated'
 else
   local count = count_of(scope)
-  if ARGV[6] ~= '' and count >= tonumber(ARGV[6]) then
+  if quota and count + waiting_of(scope) >= quota then
     if ARGV[13] ~= '1' then return done('quota') end
     result[5] = 1  -- shadow mode: recorded, and reported as what enforcing would refuse
   end

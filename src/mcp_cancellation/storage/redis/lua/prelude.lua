@@ -8,7 +8,7 @@ local FS = P .. 'fs'
 local WORKERS = P .. 'workers'
 local KINDS = P .. 'kinds'
 local EPOCH = P .. 'epoch'
-local LOST = P .. 'lost'
+local RECOVERING = P .. 'recovering'
 local INFO = P .. 'info'
 local function rows_key(scope) return P .. 's:' .. scope end
 local function level_key(n) return P .. 'l:' .. string.format('%d', n) end
@@ -246,7 +246,7 @@ local function check_epoch(known, grace_ms, layout)
   end
   e = e or ''
   if known ~= '' and known ~= e then
-    redis.call('SET', LOST, '1', 'PX', grace_ms)
+    redis.call('SET', RECOVERING, '1', 'PX', grace_ms)
     redis.call('PUBLISH', P .. 'resync', e)
     return e, 1
   end
@@ -256,22 +256,44 @@ end
 -- `!<owner>` in their request's P f:<m>), or pending ('*' before the encoded reason)
 -- when nothing was in flight: a library's cancel() of a request that has not started.
 -- A pending row is claimed by the next owner tracked, and only by it.
--- How long (ms) a cancellation that found its request not in flight waits for a track
--- still on its way (see track()).
-local MISS_MS = 10000
-local function miss_key(m) return P .. 'miss:' .. m end
--- Track (scope, key) for owner of worker w. A pending row is claimed (its reason
--- returned). With age (µs since the worker started the request, when it sent the track),
--- a cancellation that found the request not in flight (recorded by ADD within MISS_MS)
--- is claimed too if the request started before it: its start is Redis's clock now less
--- the age, late by the track's time in transit. A start at or before the miss is certain
--- (claimed here, the miss deleted); a later one comes back as {µs after the miss,
--- reason} for the worker, which claims it only if that is within the call's round trip
--- (the longest the track can have been in transit), and leaves the miss otherwise.
--- With floor (a Redis time, µs, that the worker saw before the request started: the miss
--- its own ADD left, say), a miss at or before it is never claimed: the client cannot
--- have meant a request that started after it was told the id was not in flight.
-local function track(scope, key, owner, w, age, tool, floor)
+-- A *waiting cancellation* (docs/architecture.md, "The Redis table"): a client's
+-- cancellation that found its request not in flight waits, for the registry's
+-- track_wait, as one field of P wait:<m> (its waiter -> encoded reason; '!' before it
+-- once claimed) and one member of P waiting:<scope> (the scope's count against its quota,
+-- scored by when it lapses). Every owner tracked while it waits claims it; the waiter
+-- withdraws it before the client is answered (WITHDRAW), so nothing of it outlives the
+-- answer. No clock is compared but Redis's own, and that only to purge a waiter that died.
+local function wait_key(m) return P .. 'wait:' .. m end
+local function waiting_key(scope) return P .. 'waiting:' .. scope end
+-- The waiting cancellations of `scope` (the lapsed ones purged first).
+local function waiting_of(scope)
+  local key = waiting_key(scope)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now_us()))
+  return redis.call('ZCARD', key)
+end
+-- Claim for `owner` the cancellations waiting for (scope, key), if any: marks them
+-- claimed and binds the first one's reason to the owner. Returns that reason, or nil.
+local function claim_waiting(m, fk, owner)
+  local waits = redis.call('HGETALL', wait_key(m))
+  if #waits == 0 then return nil end
+  local v = waits[2]
+  if string.byte(v, 1) == 33 then v = string.sub(v, 2) end
+  local claimed = {}
+  for i = 1, #waits, 2 do
+    local reason = waits[i + 1]
+    if string.byte(reason, 1) ~= 33 then
+      claimed[#claimed + 1] = waits[i]
+      claimed[#claimed + 1] = '!' .. reason
+    end
+  end
+  bulk('HSET', wait_key(m), claimed)
+  redis.call('HSET', fk, '!' .. owner, v)
+  return v
+end
+-- Track (scope, key) for owner of worker w, started age µs before the track was sent
+-- (for operators' ages), calling tool. A pending row is claimed, and so is a waiting
+-- cancellation; returns the claimed reason, or nil.
+local function track(scope, key, owner, w, age, tool)
   local m = member(scope, key)
   local fk = flight_key(m)
   if redis.call('HSET', fk, owner, w) == 1 then
@@ -289,21 +311,7 @@ local function track(scope, key, owner, w, age, tool, floor)
     redis.call('HSET', fk, '!' .. owner, v)
     return v
   end
-  if age then
-    local miss = redis.call('GET', miss_key(m))
-    if miss then
-      local space = string.find(miss, ' ', 1, true)
-      local missed_at = tonumber(string.sub(miss, 1, space - 1))
-      if floor and floor >= missed_at then return nil end
-      local after = started - missed_at
-      v = string.sub(miss, space + 1)
-      if after > 0 then return {string.format('%.0f', after), v} end
-      redis.call('HSET', fk, '!' .. owner, v)
-      redis.call('DEL', miss_key(m))  -- claimed: a later request of this id is not touched
-      return v
-    end
-  end
-  return nil
+  return claim_waiting(m, fk, owner)
 end
 -- Remove one in-flight row (and its cancellation mark) given its member and owner;
 -- returns 1 if it existed.
