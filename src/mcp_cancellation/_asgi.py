@@ -12,6 +12,8 @@ from typing import Any
 
 __all__ = [
     "ASGIApp",
+    "TooLarge",
+    "read_body",
     "Message",
     "Receive",
     "Scope",
@@ -93,3 +95,39 @@ def route_path(scope: Scope) -> str | None:
     if path.startswith(root) and path[len(root) : len(root) + 1] == "/":
         return path[len(root) :]
     return None
+
+
+class TooLarge(Exception):
+    """A request body over the limit (declared, or as read)."""
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int) -> tuple[bytes, Message | None]:
+    """The whole body of an HTTP request, and the message that cut it short if the client
+    left before it ended (else ``None``); :class:`TooLarge` past *limit* bytes. The common
+    case, a body in one message, is one read and no copy."""
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        body: bytes = message.get("body", b"")
+        if len(body) > limit:
+            raise TooLarge
+        return body, None
+    declared = header(scope, b"content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise TooLarge
+    chunks: list[bytes] = []
+    size = 0
+    trailing: Message | None = None
+    while True:
+        if message["type"] != "http.request":
+            trailing = message  # the client left before the body ended
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise TooLarge
+        if chunk:
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+        message = await receive()
+    return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), trailing

@@ -101,6 +101,7 @@ def add_cancel_parser(subparsers: Any) -> None:
 
 
 def _run_inspect(args: argparse.Namespace) -> int:
+    complete = True
     filters = {"scope": args.scope, "kind": args.kind, "tool": args.tool}
     if args.url:
         query = {k: v for k, v in filters.items() if v is not None}
@@ -113,13 +114,15 @@ def _run_inspect(args: argparse.Namespace) -> int:
         async def action(registry: Any) -> list[RequestView]:
             return await list_requests(registry, min_age=args.min_age, **filters)
 
-        rows = [view.as_json() for view in _with_registry(args, action)]
+        views, complete = _with_registry(args, action)
+        rows = [view.as_json() for view in views]
     _hint_scope(args, rows)
     _print(args, {"requests": rows})
-    return 0
+    return 0 if complete else UNAVAILABLE
 
 
 def _run_cancel(args: argparse.Namespace) -> int:
+    complete = True
     if args.url:
         order: dict[str, Any] = {"scope": args.scope, "reason": args.reason}
         if args.id is not None:
@@ -141,12 +144,13 @@ def _run_cancel(args: argparse.Namespace) -> int:
                 reason=args.reason,
             )
 
-        document = cancel_document(_with_registry(args, action))
+        views, complete = _with_registry(args, action)
+        document = cancel_document(views)
     document.setdefault("cancelled", [])
     document.setdefault("worker_gone", [])
     _hint_scope(args, document["cancelled"] + document["worker_gone"])
     _print(args, document)
-    return 0
+    return 0 if complete else UNAVAILABLE
 
 
 def _fail(message: str, code: int = UNAVAILABLE) -> NoReturn:
@@ -197,9 +201,10 @@ def _call(args: argparse.Namespace, suffix: str, body: dict[str, Any] | None) ->
 
 def _with_registry(
     args: argparse.Namespace, action: Callable[[Any], Awaitable[list[RequestView]]]
-) -> list[RequestView]:
+) -> tuple[list[RequestView], bool]:
     """Run *action* (a coroutine function of a registry) on the Redis table at ``--redis``,
-    once the table is found as named."""
+    once the table is found as named; its result, and whether every partition could be
+    read (each one that could not is named on stderr)."""
     try:
         from . import CancellationRegistry
         from .storage.redis import DEFAULT_PREFIX, PartitionedRedisStorage, RedisStorage
@@ -220,13 +225,23 @@ def _with_registry(
         registry = CancellationRegistry(storage, janitor_interval=None)
         try:
             await storage.check_table()
-            return await action(registry)
+            done = await action(registry)
+            for index, part, error in getattr(storage, "unreadable", ()):
+                # What it read is printed; what it could not is named, and the exit is 1.
+                print(
+                    f"mcp-cancellation: warning: partition {index} (prefix {part!r}) could "
+                    f"not be read, its calls are not listed: {scrub(error, [args.redis])}",
+                    file=sys.stderr,
+                )
+                partial.append(index)
+            return done
         finally:
             await registry.aclose()
 
     where = redact_url(args.redis)
+    partial: list[int] = []
     try:
-        return asyncio.run(run())
+        return asyncio.run(run()), not partial
     except ConfigurationError as exc:
         _fail(scrub(exc, [args.redis]), USAGE)
     except CancellationError as exc:

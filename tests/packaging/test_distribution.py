@@ -60,6 +60,7 @@ def test_extras_are_the_runtime_ones_only(dist: Path) -> None:
         "otel",
         "otel-instrumentation",
         "prometheus",
+        "dashboards",
         "all",
     }
 

@@ -102,6 +102,9 @@ class RegistryMachine(RuleBasedStateMachine):
             max_rows_per_scope=quota,
             ttl=None,
             janitor_interval=None,
+            # (The model has no waiting cancellations: a request of an id not in flight is
+            # withdrawn at once. tests/registry/test_waiting_cancellations.py has the wait.)
+            track_wait=0.0,
         )
         self.model = Model(max_rows, quota)
 

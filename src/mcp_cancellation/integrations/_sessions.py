@@ -1,4 +1,5 @@
-"""The session ids the server issued, learned from its answers (private).
+"""Which session a request belongs to: the SDK's own session table, or else the session
+ids the server issued, learned from its answers (private).
 
 A stateful MCP server names each session in the ``Mcp-Session-Id`` header of its answer to
 ``initialize``; its clients then send that id with every request. The id is the server's
@@ -11,10 +12,14 @@ issued is only a header that any client can set, and scopes nothing.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from .._asgi import Message, Send
 
-__all__ = ["MAX_SESSIONS", "SESSION_HEADER", "IssuedSessions"]
+if TYPE_CHECKING:
+    from ._transport import Transport
+
+__all__ = ["MAX_SESSIONS", "SESSION_HEADER", "IssuedSessions", "session_open"]
 
 SESSION_HEADER = b"mcp-session-id"
 #: The most session ids remembered; the least recently used is forgotten first (its
@@ -83,3 +88,15 @@ def _accepted(message: Message) -> bool:
         return False
     status: int = message.get("status", 200)
     return status < 300
+
+
+def session_open(session_id: str, sessions: IssuedSessions, transport: Transport | None) -> bool:
+    """Whether *session_id* names an open session: the SDK's own session table says, when
+    the wrapped app is the SDK's (never a second, bounded copy that could forget a session
+    the SDK still accepts, and so scope two sessions at one address together); otherwise
+    the ids the server issued."""
+    if transport is not None:
+        found = transport.session_open(session_id)
+        if found is not None:
+            return found
+    return sessions.known(session_id)

@@ -35,7 +35,17 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._asgi import ASGIApp, Message, Receive, Scope, Send, header, route_path
+from .._asgi import (
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    TooLarge,
+    header,
+    read_body,
+    route_path,
+)
 from .._config import int_limit, seconds
 from .._extras import requires
 from ..errors import ConfigurationError, InvalidRequestId, StorageUnavailable
@@ -53,7 +63,7 @@ from . import _jsonrpc
 from ._exchange import DISCONNECT_REASON, Exchange, Watchlists, replay
 from ._jsonrpc import INITIALIZE_METHOD, OTHER, TOOLS_CALL_METHOD, classify
 from ._notifications import answer_cancelled
-from ._sessions import SESSION_HEADER, IssuedSessions
+from ._sessions import SESSION_HEADER, IssuedSessions, session_open
 from ._transport import Transport, find_transport
 
 __all__ = [
@@ -244,7 +254,7 @@ class CancellationMiddleware:
             and (sessions or (transport is not None and transport.stateful))
         ):
             session_id = header(scope, SESSION_HEADER)
-            if session_id is not None and self._session_open(session_id, sessions, transport):
+            if session_id is not None and session_open(session_id, sessions, transport):
                 scope[SESSION_KEY] = session_id
         if (
             not self.trusted_proxies
@@ -258,19 +268,6 @@ class CancellationMiddleware:
             client = scope.get("client")
             return _ip_scope(client[0] if client else None)
         return scope_of(scope, trusted_proxies=self.trusted_proxies)
-
-    @staticmethod
-    def _session_open(
-        session_id: str, sessions: IssuedSessions, transport: Transport | None
-    ) -> bool:
-        """Whether *session_id* names an open session: the SDK's own session table says,
-        when the wrapped app is the SDK's (never a second, bounded copy that could forget
-        a session the SDK still accepts); otherwise the ids the server issued."""
-        if transport is not None:
-            found = transport.session_open(session_id)
-            if found is not None:
-                return found
-        return sessions.known(session_id)
 
     # -- lifespan ------------------------------------------------------------------------
 
@@ -325,68 +322,15 @@ class CancellationMiddleware:
             self.registry.start_janitor()
             self._find_transport()
 
-        # Read the whole body (the SDK does the same before parsing it). The common case,
-        # a body in one message, is one read and no copy.
-        message = await receive()
-        trailing: Message | None = None
-        if message["type"] == "http.request" and not message.get("more_body", False):
-            body: bytes = message.get("body", b"")
-            if len(body) > self.max_body_bytes:
-                await self._too_large(send)
-                return None
-        else:
-            declared = header(scope, b"content-length")
-            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
-                await self._too_large(send)
-                return None
-            chunks: list[bytes] = []
-            size = 0
-            while True:
-                if message["type"] != "http.request":
-                    trailing = message  # the client left before the body ended
-                    break
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self.max_body_bytes:
-                    await self._too_large(send)
-                    return None
-                if chunk:
-                    chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
-                message = await receive()
-            body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
+        # The whole body (the SDK too reads it all before parsing it).
+        try:
+            body, trailing = await read_body(scope, receive, self.max_body_bytes)
+        except TooLarge:
+            await self._too_large(send)
+            return None
         kind, request_id, params, method = OTHER if trailing is not None else classify(body)
         if kind == "request":
-            tool = None
-            if method == TOOLS_CALL_METHOD:
-                if (
-                    self._tool_source is not None
-                    and time.monotonic() - self._tools_read_at > TOOLS_REFRESH_SECONDS
-                ):
-                    await self._read_tools()
-                # The tool's name if the server registered it, else ``other``: a client
-                # must not mint label values with made-up names.
-                name = params.get("name") if isinstance(params, dict) else None
-                tool = name if isinstance(name, str) and name in self._tool_names else OTHER_TOOL
-            caller = self.caller_scope(scope)
-            version = header(scope, b"mcp-protocol-version")
-            try:
-                context = self.registry.request(
-                    request_id, caller, tool=tool, method=method, protocol_version=version
-                )
-            except InvalidRequestId:
-                # An id the registry cannot key (a string over 256 UTF-8 bytes, a float,
-                # ...): the SDK answers or serves it as it sees fit. Such a call is not in the
-                # table (no notification can name it: its id is refused), but a disconnect
-                # still cancels it, like any other call.
-                context = self.registry.request(
-                    None, caller, tool=tool, method=method, protocol_version=version
-                )
-            return Exchange(
-                self, receive, send, body, context, self._disconnect_cancels_request(scope)
-            )
+            return await self._exchange(scope, receive, send, body, request_id, params, method)
         if kind == "cancel" and _jsonrpc.is_handshake_version(
             header(scope, b"mcp-protocol-version")
         ):
@@ -409,6 +353,44 @@ class CancellationMiddleware:
         else:
             await self.app(scope, replay(body, trailing, receive), send)
         return None
+
+    async def _exchange(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        body: bytes,
+        request_id: object,
+        params: object,
+        method: str | None,
+    ) -> Exchange:
+        """A request to track: its tool label, its caller's scope, its registry block."""
+        tool = None
+        if method == TOOLS_CALL_METHOD:
+            if (
+                self._tool_source is not None
+                and time.monotonic() - self._tools_read_at > TOOLS_REFRESH_SECONDS
+            ):
+                await self._read_tools()
+            # The tool's name if the server registered it, else ``other``: a client must
+            # not mint label values with made-up names.
+            name = params.get("name") if isinstance(params, dict) else None
+            tool = name if isinstance(name, str) and name in self._tool_names else OTHER_TOOL
+        caller = self.caller_scope(scope)
+        version = header(scope, b"mcp-protocol-version")
+        try:
+            context = self.registry.request(
+                request_id, caller, tool=tool, method=method, protocol_version=version
+            )
+        except InvalidRequestId:
+            # An id the registry cannot key (a string over 256 UTF-8 bytes, a float, ...):
+            # the SDK answers or serves it as it sees fit. Such a call is not in the table
+            # (no notification can name it: its id is refused), but a disconnect still
+            # cancels it, like any other call.
+            context = self.registry.request(
+                None, caller, tool=tool, method=method, protocol_version=version
+            )
+        return Exchange(self, receive, send, body, context, self._disconnect_cancels_request(scope))
 
     async def _too_large(self, send: Send) -> None:
         await _jsonrpc.send_error(send, 413, _jsonrpc.INVALID_REQUEST, "Request body too large")

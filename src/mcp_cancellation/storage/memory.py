@@ -105,6 +105,7 @@ class MemoryStorage(Storage):
         track_wait: float = 0.0,
     ) -> AddResult:
         request = (scope, key)
+        waiter: tuple[int, bool] | AddResult | None = None
         with self._lock:
             if require_in_flight and request not in self._in_flight:
                 waiter = self._wait(request, reason, limits)
@@ -114,12 +115,12 @@ class MemoryStorage(Storage):
                     for token in tokens:
                         token._cancel(reason)
                     return outcome
-        if isinstance(waiter, AddResult):
-            return waiter
-        if operator:  # (an operator's flip reports itself: a signal, sent outside the lock)
+        if waiter is None:  # an operator's: its flip reports itself, outside the lock
             for token in tokens:
                 token._cancel(reason, OPERATOR)
             return outcome
+        if isinstance(waiter, AddResult):
+            return waiter
         return await self._await_track(request, waiter, track_wait)
 
     def _record(

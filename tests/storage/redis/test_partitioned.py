@@ -17,7 +17,7 @@ from redis.asyncio.cluster import RedisCluster
 from mcp_cancellation import CancellationRegistry
 from mcp_cancellation.storage.redis import PartitionedRedisStorage
 
-from ...support import RedisClusterServers
+from ...support import RedisClusterServers, async_wait_until
 
 pytestmark = [pytest.mark.redis, pytest.mark.cluster]
 
@@ -152,3 +152,57 @@ async def test_the_summary_merges_the_partitions(make: Make) -> None:
     assert [size for _, size in summary.largest] == [5, 4]
     assert summary.at_least == 2
     await registry.aclose()
+
+
+async def test_a_stalled_master_leaves_the_other_partitions_serving_cold_or_warm(
+    make: Make,
+) -> None:
+    """One master paused (``CLIENT PAUSE``): the other partitions record cancellations and
+    track calls within their bounds, cold (no script cached yet: a script is sent to the
+    table's own node only) and warm; the operator view lists what it can read and names
+    the partition it could not."""
+    from redis.asyncio import Redis
+
+    storage = make(timeout=1.5, socket_timeout=0.5, max_wait=0.1)
+    registry = CancellationRegistry(storage, janitor_interval=None, track_wait=0.05)
+    client = storage.client
+    assert isinstance(client, RedisCluster)
+    await client.initialize()
+    paused = storage.partitions[0]
+    node = client.get_node_from_key(paused.key("scopes").decode())
+    assert node is not None
+    healthy = [scopes_in(storage, i, 1)[0] for i in (1, 2)]
+    try:
+        for warm in (False, True):
+            admin = Redis(host=str(node.host), port=int(node.port), socket_timeout=0.3)
+            try:
+                await admin.client_pause(2500, all=True)
+            finally:
+                await admin.aclose()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            for scope in healthy:
+                async with registry.request(f"call-{warm}", scope) as token:
+                    assert await registry.cancel_in_flight(f"call-{warm}", "stop", scope)
+                    assert token.cancelled
+            assert loop.time() - started < 1.0, "a healthy partition waited on the paused one"
+            listed = await registry.requests()  # (nothing in flight: it must still answer)
+            assert listed == []
+            assert [index for index, _, _ in storage.unreadable] == [0]
+            await async_wait_until(lambda: _answers(str(node.host), int(node.port)), within=10)
+    finally:
+        await registry.aclose()
+
+
+async def _answers(host: str, port: int) -> bool:
+    """Whether the node answers a PING at once (its pause is over)."""
+    from redis.asyncio import Redis
+    from redis.exceptions import RedisError
+
+    client = Redis(host=host, port=port, socket_timeout=0.2)
+    try:
+        return bool(await client.ping())
+    except (RedisError, OSError):
+        return False
+    finally:
+        await client.aclose()

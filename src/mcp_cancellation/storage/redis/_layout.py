@@ -9,6 +9,7 @@ an empty answer.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ..._extras import requires
@@ -80,7 +81,14 @@ async def _other_prefixes(client: Redis | RedisCluster) -> list[str]:
 async def check_layout(client: Redis | RedisCluster, prefix: str, partitions: int) -> None:
     """Raise :class:`~mcp_cancellation.ConfigurationError`, saying what the server holds,
     unless a table of *partitions* partitions exists at *prefix*. Only reads."""
-    tables = await _read(client, _tables(prefix, partitions))
+    # Each partition read on its own: a stalled master leaves its partition unknown,
+    # not the check undone (the others tell the layout).
+    reads = await asyncio.gather(
+        *(_read(client, [part]) for part in _tables(prefix, partitions)), return_exceptions=True
+    )
+    tables = [(None, None) if isinstance(t, BaseException) else t[0] for t in reads]
+    if all(isinstance(t, BaseException) for t in reads):
+        raise next(t for t in reads if isinstance(t, BaseException))
     expected = [f"{i}/{partitions}" for i in range(partitions)]
     for (_, layout), want in zip(tables, expected, strict=True):
         if layout is not None and bytes(layout).decode() != want:

@@ -18,7 +18,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Self
 
 from ..._extras import requires
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, StorageUnavailable
 from ..base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from ._connect import connect, table_identity
 from ._layout import check_layout, partition_prefixes
@@ -73,6 +73,9 @@ class PartitionedRedisStorage(Storage):
             part._health.sender = self  # their failures are this storage's, for the bridges
             part.partition = (index, partitions)
         self._limits: dict[Limits, tuple[Limits, ...]] = {}
+        #: The partitions the last :meth:`in_flight_requests` could not read: (index,
+        #: prefix, error) each.
+        self.unreadable: tuple[tuple[int, str, StorageUnavailable], ...] = ()
 
     @classmethod
     def from_url(cls, url: str, *, partitions: int, **options: Any) -> Self:
@@ -162,8 +165,25 @@ class PartitionedRedisStorage(Storage):
         await self.partition_of(scope).finish(scope, key, owner)
 
     async def in_flight_requests(self) -> list[InFlightRequest]:
-        parts = await asyncio.gather(*(p.in_flight_requests() for p in self.partitions))
-        return [request for part in parts for request in part]
+        """The requests in flight in every partition that answers: one that cannot be read
+        (its master stalled or down) is left out and named in :attr:`unreadable`; only when
+        none can be read does this raise."""
+        parts = await asyncio.gather(
+            *(p.in_flight_requests() for p in self.partitions), return_exceptions=True
+        )
+        found: list[InFlightRequest] = []
+        unreadable: list[tuple[int, str, StorageUnavailable]] = []
+        for index, (part, result) in enumerate(zip(self.partitions, parts, strict=True)):
+            if isinstance(result, StorageUnavailable):
+                unreadable.append((index, part.prefix, result))
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                found += result
+        self.unreadable = tuple(unreadable)
+        if len(unreadable) == len(self.partitions):
+            raise unreadable[0][2]
+        return found
 
     async def check_table(self) -> None:
         """As :meth:`RedisStorage.check_table`, for this prefix and partition count."""

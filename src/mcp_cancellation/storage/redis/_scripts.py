@@ -11,9 +11,19 @@ docs/architecture.md, "The Redis table".
 from __future__ import annotations
 
 import functools
+import hashlib
+from collections.abc import Sequence
 from importlib import resources
+from typing import Any
 
-__all__ = ["NAMES", "source"]
+from ..._extras import requires
+
+with requires("redis", "RedisStorage"):
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
+    from redis.exceptions import NoScriptError
+
+__all__ = ["NAMES", "Scripts", "source"]
 
 #: The scripts, by the name the storage calls them with.
 NAMES = ("ADD", "WITHDRAW", "REMOVE", "SYNC", "SUMMARY", "CLEANUP")
@@ -32,3 +42,26 @@ def source(name: str, *, sharded: bool = False) -> str:
         raise KeyError(name)
     text = _read("prelude") + _read(name.lower())
     return text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'") if sharded else text
+
+
+class Scripts:
+    """The scripts of one table, run on the node that holds it: ``EVALSHA``, and on
+    ``NOSCRIPT`` ``EVAL`` with the text, which leaves it in that node's cache. (redis-py's
+    own loader sends a script to every primary, so one paused master would stall a cold
+    start of every partition; and a replica just promoted may have missed it.)"""
+
+    def __init__(self, client: Redis | RedisCluster, routing_key: bytes, *, sharded: bool) -> None:
+        self._client = client
+        self._keys = (routing_key,)
+        self._sources = {name: source(name, sharded=sharded) for name in NAMES}
+        self._shas = {
+            name: hashlib.sha1(text.encode("utf-8")).hexdigest()
+            for name, text in self._sources.items()
+        }
+
+    async def run(self, name: str, argv: Sequence[bytes | str]) -> Any:
+        """Script *name* with *argv* (its contract's encoding, the prefix first)."""
+        try:
+            return await self._client.evalsha(self._shas[name], 1, *self._keys, *argv)
+        except NoScriptError:
+            return await self._client.eval(self._sources[name], 1, *self._keys, *argv)

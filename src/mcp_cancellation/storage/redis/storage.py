@@ -10,11 +10,10 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import logging
 import uuid
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ..._extras import requires
 from ..._printable import printable
@@ -22,9 +21,8 @@ from ...errors import ConfigurationError, StorageUnavailable
 from ...token import OPERATOR
 from .._health import Health
 from ..base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
-from . import _scripts as scripts
 from ._cluster import ShardSubscription, is_cluster
-from ._codec import decode_in_flight, decode_reason, flight_of, member, text, to_bytes
+from ._codec import decode_reason, member, text, to_bytes
 from ._connect import connect, table_identity
 from ._contracts import (
     AddCall,
@@ -38,12 +36,13 @@ from ._contracts import (
 from ._home import HomeLoop
 from ._journal import Journal
 from ._layout import check_layout
+from ._operator_view import read_in_flight
 from ._push import ChannelSubscription, Push, Subscription, announce_refusal
+from ._scripts import Scripts
 
 with requires("redis", "RedisStorage"):
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
-    from redis.exceptions import NoScriptError
 
 if TYPE_CHECKING:
     from ...token import RequestToken
@@ -64,8 +63,6 @@ DEFAULT_MAX_WAIT = 0.25
 #: How long a waiting cancellation outlives its wait when its waiter cannot withdraw it
 #: (the waiter died, or Redis stalled): a later request of its id is safe past that.
 WAIT_MARGIN = 1.0
-#: Entries one command of the operator view reads (a fraction of a millisecond of Redis).
-PAGE = 1000
 T = TypeVar("T")
 
 
@@ -125,11 +122,7 @@ class RedisStorage(Storage):
         self._bound = False
         self._used = False  # once a call was made, the worker id is fixed
         self.cluster = is_cluster(client)
-        self._sources = {name: scripts.source(name, sharded=self.cluster) for name in scripts.NAMES}
-        self._shas = {
-            name: hashlib.sha1(text.encode("utf-8")).hexdigest()
-            for name, text in self._sources.items()
-        }
+        self._scripts = Scripts(client, self._routing_key, sharded=self.cluster)
         self._health = Health(self, "Redis")
         subscription: Subscription
         concurrency: int | None = None  # a blocking pool queues a burst by itself
@@ -148,7 +141,7 @@ class RedisStorage(Storage):
         self._grace = max(1.0, 2 * reconnect_backoff[1])
         self._journal = Journal(
             home=self._home,
-            run_script=self._script,
+            run_script=self._scripts.run,
             prefix=self._prefix,
             heartbeat_ms=str(max(1, int(heartbeat_ttl * 1000))),
             # Past a loss or an outage, cancellations of ids not in flight are refused
@@ -252,23 +245,10 @@ class RedisStorage(Storage):
         if not (self._push.started or self._home.closed or self.operator):
             self._push.start()
 
-    async def _script(self, name: str, argv: Sequence[bytes | str]) -> Any:
-        """Script *name* with *argv* (its contract's encoding, the prefix first).
-
-        ``EVALSHA``, and on ``NOSCRIPT`` ``EVAL`` with the text, which leaves it in that
-        node's cache: the script goes only to the node that holds the table (redis-py's
-        own loader sends it to every primary, so one paused master would stall a cold
-        start of every partition)."""
-        keys = (self._routing_key,)
-        try:
-            return await self._redis.evalsha(self._shas[name], 1, *keys, *argv)
-        except NoScriptError:
-            return await self._redis.eval(self._sources[name], 1, *keys, *argv)
-
     async def _run(self, name: str, argv: Sequence[bytes | str], operation: str = "") -> Any:
         """One script, on the home loop, bounded and translated; a failure is reported
         as *operation* (default: the script's name)."""
-        call = functools.partial(self._script, name, argv)
+        call = functools.partial(self._scripts.run, name, argv)
         return await self._home.call(call, operation or name.lower())
 
     # -- cancellation rows -------------------------------------------------------------
@@ -420,38 +400,9 @@ class RedisStorage(Storage):
         entries a command: never one long command, however large the table), each marked
         with whether its worker's heartbeat is alive. Only reads."""
         await self._settle()
-        return await self._home.call(self._read_in_flight, "stats")
-
-    async def _read_in_flight(self) -> list[InFlightRequest]:
-        client = self._redis
-        info = self._prefix + b"info"
-        entries: dict[bytes, bytes] = {}
-        cursor: int = 0
-        while True:
-            cursor, page = await client.hscan(info, cursor, count=PAGE)
-            entries.update(cast(dict[bytes, bytes], page))
-            if not cursor:
-                break
-        pairs = list(entries.items())
-        marks: list[Any] = []
-        for start in range(0, len(pairs), PAGE):
-            pipe = client.pipeline(transaction=False)
-            for entry, _ in pairs[start : start + PAGE]:
-                row, owner = flight_of(entry)
-                pipe.hget(self._prefix + b"f:" + row, b"!" + owner)
-            marks += await pipe.execute()
-        found = [
-            decode_in_flight(entry, value, mark)
-            for (entry, value), mark in zip(pairs, marks, strict=True)
-        ]
-        workers = sorted({request.worker for request in found})
-        if not workers:
-            return found
-        pipe = client.pipeline(transaction=False)
-        for worker in workers:
-            pipe.exists(self._prefix + b"hb:" + to_bytes(worker))
-        alive = dict(zip(workers, [bool(n) for n in await pipe.execute()], strict=True))
-        return [dataclasses.replace(r, alive=alive[r.worker]) for r in found]
+        return await self._home.call(
+            functools.partial(read_in_flight, self._redis, self._prefix), "stats"
+        )
 
     async def check_table(self) -> None:
         """Raise :class:`~mcp_cancellation.errors.TableNotFound` unless a worker has
