@@ -98,7 +98,7 @@ class CancellationRegistry:
         if grace is None:
             raise ConfigurationError("cancel_grace must be a number of seconds, not None")
         self._cancel_grace = grace
-        wait = seconds("track_wait", track_wait, "MCP_CANCELLATION_TRACK_WAIT", 0.5)
+        wait = seconds("track_wait", track_wait, "MCP_CANCELLATION_TRACK_WAIT", 0.5, zero=True)
         if wait is None:
             raise ConfigurationError("track_wait must be a number of seconds, not None")
         self._track_wait = wait

@@ -118,6 +118,8 @@ async def test_every_cli_subcommand_keeps_the_password_to_itself() -> None:
         ("demo", "--redis", bad, "--port", "0"),
         ("demo", "--redis", f"mysql://ops:{SECRET}@127.0.0.1/0", "--port", "0"),
         ("client", "--url", f"http://ops:{SECRET}@127.0.0.1:1/mcp"),
+        ("simulate", "--url", f"ftp://ops:{SECRET}@127.0.0.1:1/mcp"),
+        ("simulate", "--url", f"http://ops:{SECRET}@192.0.2.1:1/mcp"),
     ]
     for args in runs:
         code, out, err = await asyncio.wait_for(cli(*args), 60)

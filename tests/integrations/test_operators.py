@@ -87,6 +87,7 @@ async def test_the_admin_app_lists_and_cancels_one_scope_and_refuses_bad_tokens(
             code, out, err = await cli("inspect", "--url", url, "--token", "wrong")
             assert code == 1
             assert "401" in err
+            assert "--token" in err  # how to pass it
         for text in (listed.text, cancelled.text, out, err):
             assert not any(secret in text for secret in SECRETS.values())
     await harness.wait_empty()

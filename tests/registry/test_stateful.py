@@ -155,6 +155,12 @@ class RegistryMachine(RuleBasedStateMachine):
     def cancel_in_flight(self, scope: str, request_id: int, reason: str | None) -> None:
         key = str(request_id)
         if not self.tracked(scope, key):
+            # It waits for a track (none comes): counted against the quota while it does.
+            quota = self.model.quota
+            if quota is not None and len(self.model.rows.get(scope, {})) >= quota:
+                with pytest.raises(CancellationLimitReached):
+                    self.run(self.reg.cancel_in_flight(request_id, reason, scope=scope))
+                return
             assert not self.run(self.reg.cancel_in_flight(request_id, reason, scope=scope))
             return
         if self.model.add(scope, key, reason, self.tick()):

@@ -81,8 +81,14 @@ async def _worker(
         if op < 0.30:
             await cancel(scope, request_id)
         elif op < 0.40:
-            recorded = await registry.cancel_in_flight(request_id, "inflight", scope=scope)
-            counts["in_flight_recorded" if recorded else "in_flight_ignored"] += 1
+            try:
+                recorded = await registry.cancel_in_flight(request_id, "inflight", scope=scope)
+            except CancellationLimitReached:
+                # (Not in flight, it waits for a track, and what waits counts against the
+                # quota, which the other threads may have filled.)
+                counts["rejected"] += 1
+            else:
+                counts["in_flight_recorded" if recorded else "in_flight_ignored"] += 1
             await _check(registry)
         elif op < 0.55:
             await registry.clear(request_id, scope=scope)

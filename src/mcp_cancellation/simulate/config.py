@@ -6,6 +6,8 @@ import dataclasses
 import ipaddress
 import urllib.parse
 
+from .._redaction import redact_url
+
 __all__ = ["PROTOCOL_VERSION", "SimulationConfig", "SimulationStats", "require_loopback"]
 
 #: The protocol version the simulator speaks: the newest one that still has client-to-server
@@ -90,7 +92,7 @@ class SimulationStats:
 def require_loopback(url: str) -> None:
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
+        raise ValueError(f"not an http(s) URL: {redact_url(url)!r}")
     host = parts.hostname
     if host == "localhost":
         return

@@ -176,7 +176,7 @@ async def test_a_stalled_master_leaves_the_other_partitions_serving_cold_or_warm
         for warm in (False, True):
             admin = Redis(host=str(node.host), port=int(node.port), socket_timeout=0.3)
             try:
-                await admin.client_pause(2500, all=True)
+                await admin.client_pause(6000, all=True)
             finally:
                 await admin.aclose()
             loop = asyncio.get_running_loop()

@@ -17,6 +17,7 @@ from ._codec import collect_evicted, decode_reason, decode_summary, encode_reaso
 
 __all__ = [
     "AddCall",
+    "Claim",
     "AddReply",
     "CleanupCall",
     "CleanupReply",
@@ -176,13 +177,14 @@ class SyncCall:
 @dataclasses.dataclass(frozen=True, slots=True)
 class SyncReply:
     """``SYNC``'s reply: the table's epoch, whether the epoch the worker knew is lost,
-    whether its heartbeat was missing, per track the reason it claimed (``None``: none),
-    and the rows a resync released as stale."""
+    whether its heartbeat was missing, per track the cancellation it claimed (``None``:
+    none; else a :class:`Claim`, whose reason may be ``None``), and the rows a resync
+    released as stale."""
 
     epoch: str
     lost: bool
     beat_missing: bool
-    reasons: list[str | None]
+    claims: list[Claim | None]
     stale: int
 
     @classmethod
@@ -191,9 +193,17 @@ class SyncReply:
             text(reply[0]),
             bool(int(reply[1])),
             bool(int(reply[2])),
-            [None if v is None else decode_reason(v) for v in reply[3:-1]],
+            [None if v is None else Claim(decode_reason(v)) for v in reply[3:-1]],
             int(reply[-1]),
         )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Claim:
+    """A cancellation a track claimed (a pending row, a waiting cancellation, or on a
+    resync its owner's own mark), with its reason."""
+
+    reason: str | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

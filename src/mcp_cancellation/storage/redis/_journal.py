@@ -297,14 +297,14 @@ class Journal:
         op = "heartbeat" if not batch else "track" if batch[0].op == "T" else "finish"
         reply = await self._send(batch, full=False, operation=op)
         del self._queue[: len(batch)]
-        reasons = iter(reply.reasons)
+        claims = iter(reply.claims)
         with self._lock:
             self._unsent.difference_update(w.row for w in batch if w.op == "T")
         for write in batch:
             if write.op == "T":
-                reason = next(reasons)
-                if reason is not None and write.token is not None:
-                    write.token._cancel(reason)
+                claim = next(claims)
+                if claim is not None and write.token is not None:
+                    write.token._cancel(claim.reason)
             write.settle()
         if reply.lost or reply.beat_missing:
             # The table this worker knew is gone, or its heartbeat lapsed (another
@@ -334,9 +334,9 @@ class Journal:
         with self._lock:
             self._unsent.difference_update((s, k, o) for s, k, o, _ in snapshot)
         flipped = 0
-        for (_, _, _, token), reason in zip(snapshot, reply.reasons, strict=True):
-            if reason is not None and not token.cancelled:
-                token._cancel(reason)
+        for (_, _, _, token), claim in zip(snapshot, reply.claims, strict=True):
+            if claim is not None and not token.cancelled:
+                token._cancel(claim.reason)
                 flipped += 1
         self.resyncs += 1
         stale = reply.stale
