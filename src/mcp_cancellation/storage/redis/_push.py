@@ -1,7 +1,7 @@
 """Push between workers: the listener that flips this worker's tokens when another worker
-records a cancellation, and the heartbeat (private). Both start at the worker's first
-track. docs/architecture.md, "The Redis table", has the channels and what each message
-does.
+records a cancellation, and the heartbeat (private). Both start at the storage's first
+call (never on an operator's storage). docs/architecture.md, "The Redis table", has the
+channels and what each message does.
 """
 
 from __future__ import annotations
