@@ -47,10 +47,9 @@ def cancel_spans(receiver: Receiver) -> list[dict[str, str]]:
     ]
 
 
-@pytest.mark.parametrize("mode", [(), ("--json-response",)], ids=["sse", "json"])
-def test_every_cancel_leaves_a_span_under_opentelemetry_instrument(
-    receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: tuple[str, ...]
-) -> None:
+def export_traces_to(receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``OTEL_*`` variables of an instrumented demo that sends its traces, at once,
+    over OTLP/HTTP to *receiver*."""
     for name, value in {
         "OTEL_SERVICE_NAME": "mcp-demo",
         "OTEL_TRACES_EXPORTER": "otlp",
@@ -61,6 +60,13 @@ def test_every_cancel_leaves_a_span_under_opentelemetry_instrument(
         "OTEL_BSP_SCHEDULE_DELAY": "100",
     }.items():
         monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("mode", [(), ("--json-response",)], ids=["sse", "json"])
+def test_every_cancel_leaves_a_span_under_opentelemetry_instrument(
+    receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: tuple[str, ...]
+) -> None:
+    export_traces_to(receiver, monkeypatch)
     with InstrumentedDemo(*mode, log=tmp_path / "demo.log") as demo:
         client = subprocess.run(
             [sys.executable, "-m", "mcp_cancellation", "client", "--url", demo.url + "/mcp"],
@@ -86,16 +92,7 @@ def test_a_closed_sse_stream_is_a_cancel_span_under_opentelemetry_instrument(
     """A raw client that reads the call's SSE stream (a progress event), then hangs up:
     the cancellation is a span. (Where an ASGI instrumentation's span is current as the
     app notices the hang-up, the span is its child: tests/telemetry/test_otel.py.)"""
-    for name, value in {
-        "OTEL_SERVICE_NAME": "mcp-demo",
-        "OTEL_TRACES_EXPORTER": "otlp",
-        "OTEL_METRICS_EXPORTER": "none",
-        "OTEL_LOGS_EXPORTER": "none",
-        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
-        "OTEL_BSP_SCHEDULE_DELAY": "100",
-    }.items():
-        monkeypatch.setenv(name, value)
+    export_traces_to(receiver, monkeypatch)
     body, headers = versioned_call(MODERN, "hang-up", "slow_count", {"seconds": 30})
     body["params"]["_meta"]["progressToken"] = 1
     with InstrumentedDemo(log=tmp_path / "demo.log") as demo:

@@ -277,7 +277,7 @@ class RedisStorage(Storage):
             budget=self._eviction_chunk,
             epoch=self._journal.epoch,
             grace_ms=self._journal.grace_ms,
-            recovering=self._recovering(),
+            recovering=self._journal.recovering(),
             operator=operator,
             waiter=uuid.uuid4().hex,
             wait_ms=int(1000 * (track_wait + WAIT_MARGIN)),
@@ -346,10 +346,6 @@ class RedisStorage(Storage):
         method = OPERATOR if operator else None
         for token in self._journal.tokens(scope, key):
             token._cancel(reason, method)
-
-    def _recovering(self) -> bool:
-        """Whether a call of this storage failed within the grace period."""
-        return self._journal.recovering()
 
     async def ping(self) -> None:
         """A ``PING`` within the storage's bounds (its failure is logged once, with the
