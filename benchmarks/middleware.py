@@ -72,7 +72,7 @@ def serve(kind: str, port: int, json_response: bool, stack: str = "asyncio-h11")
     import uvicorn
 
     from mcp_cancellation import CancellationMiddleware, CancellationRegistry
-    from mcp_cancellation.demo import build_demo_server
+    from mcp_cancellation._demo import build_demo_server
 
     logging.basicConfig(level=logging.WARNING)
     app: Any = build_demo_server().streamable_http_app(
@@ -378,7 +378,7 @@ async def demo_apps(json_response: bool) -> AsyncIterator[dict[str, Any]]:
     """The demo's ``MCPServer`` app, ``bare`` and ``wrapped`` in the middleware, each a
     separate app with its lifespan running."""
     from mcp_cancellation import CancellationMiddleware, CancellationRegistry
-    from mcp_cancellation.demo import build_demo_server
+    from mcp_cancellation._demo import build_demo_server
 
     apps: dict[str, tuple[Any, Any]] = {}
     for kind in ("bare", "wrapped"):

@@ -41,7 +41,7 @@ from redis.asyncio.connection import Connection
 from tests.support import RedisServer
 
 from mcp_cancellation import CancellationLimitReached, CancellationRegistry
-from mcp_cancellation.storage.base import Limits
+from mcp_cancellation.storage._base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
 ROUNDS = 3

@@ -54,7 +54,7 @@ from mcp_cancellation import (
     CancellationRegistry,
     MemoryStorage,
 )
-from mcp_cancellation.storage.base import Limits
+from mcp_cancellation.storage._base import Limits
 
 ROUNDS = 5
 

@@ -1,4 +1,4 @@
-"""Start a long tool call and cancel it, three ways: see :mod:`mcp_cancellation.client`.
+"""Start a long tool call and cancel it, three ways: see `mcp-cancellation client`.
 
 Run a server first (``./dev demo``, ``python examples/sdk_server.py`` or
 ``python examples/fastmcp_server.py``), then either of::

@@ -16,7 +16,7 @@ import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, raise_if_cancelled
-from mcp_cancellation.integrations.mcp_sdk import cancellable, tool_names
+from mcp_cancellation.integrations import cancellable, tool_names
 
 server = MCPServer("cancellable-sdk-server")
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .__about__ import __version__
-from ._extras import lazy
-from .context import cancelled, current_token, raise_if_cancelled
-from .errors import (
+from ._context import cancelled, current_token, raise_if_cancelled
+from ._errors import (
     REQUEST_CANCELLED,
     CancellationError,
     CancellationLimitReached,
@@ -25,14 +24,15 @@ from .errors import (
     RequestCancelled,
     StorageUnavailable,
 )
-from .reason import sanitize_reason
-from .registry import CancellationRegistry, CleanupResult
+from ._extras import lazy
+from ._reason import sanitize_reason
+from ._registry import CancellationRegistry, CleanupResult
+from ._token import RequestToken
 from .scope import client_bucket, scope_of
 from .storage import MemoryStorage
-from .token import RequestToken
 
 if TYPE_CHECKING:
-    from .integrations.asgi import CancellationMiddleware
+    from .integrations._middleware import CancellationMiddleware
     from .storage.redis import RedisStorage
 
 __all__ = [
@@ -63,5 +63,5 @@ __all__ = [
 # ``import mcp_cancellation`` works with the core install alone.
 __getattr__ = lazy(
     __name__,
-    {"RedisStorage": ".storage.redis", "CancellationMiddleware": ".integrations.asgi"},
+    {"RedisStorage": ".storage.redis", "CancellationMiddleware": ".integrations"},
 )

@@ -20,14 +20,14 @@ from .__about__ import __version__
 #: subcommand -> (module relative to this package, with ``:function`` if its function
 #: that registers the subcommand is not ``add_parser``), and its help.
 SUBCOMMANDS = {
-    "demo": (".demo", "serve a demo MCP server whose tool calls can be cancelled"),
-    "client": (".client", "start a long tool call on the demo and cancel it, three ways"),
+    "demo": ("._demo", "serve a demo MCP server whose tool calls can be cancelled"),
+    "client": ("._client", "start a long tool call on the demo and cancel it, three ways"),
     "simulate": (
-        ".simulate",
+        ".simulate._command",
         "send well-behaved and abusive cancellation traffic to a local server",
     ),
     "dashboards": (
-        ".dashboards.command",
+        ".dashboards._command",
         "write the Grafana dashboards and Prometheus alert rules into a directory",
     ),
     "inspect": (

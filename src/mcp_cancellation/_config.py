@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 
-from .errors import ConfigurationError
+from ._errors import ConfigurationError
 
 _DISABLED = frozenset({"none", "infinity", "inf", "unlimited", "off"})
 

@@ -7,7 +7,7 @@ literal text, so ``42`` and ``"42"`` name the same row.
 
 from __future__ import annotations
 
-from .errors import InvalidRequestId
+from ._errors import InvalidRequestId
 
 MAX_ID_BYTES = 256
 # 256 decimal digits need at most 851 bits; anything wider cannot fit, and checking the

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from .errors import StorageUnavailable
+from ._errors import StorageUnavailable
 
 __all__ = ["Janitor"]
 

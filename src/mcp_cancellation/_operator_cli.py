@@ -27,10 +27,10 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
+from ._errors import CancellationError, ConfigurationError
 from ._printable import printable
 from ._redaction import redact_url, scrub
 from .admin import ADMIN_TOKEN_ENV, RequestView, cancel_document, cancel_requests, list_requests
-from .errors import CancellationError, ConfigurationError
 from .scope import scope_kind
 
 __all__ = ["add_cancel_parser", "add_inspect_parser"]
@@ -207,7 +207,8 @@ def _with_registry(
     read (each one that could not is named on stderr)."""
     try:
         from . import CancellationRegistry
-        from .storage.redis import DEFAULT_PREFIX, PartitionedRedisStorage, RedisStorage
+        from .storage.redis import PartitionedRedisStorage, RedisStorage
+        from .storage.redis._storage import DEFAULT_PREFIX
     except ImportError as exc:  # the redis extra is missing: one line, as `demo` says it
         _fail(str(exc), USAGE)
     if args.partitions < 1:

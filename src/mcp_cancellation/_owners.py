@@ -13,7 +13,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .token import RequestToken
+    from ._token import RequestToken
 
 __all__ = ["Owner", "Owners", "TrackOwner", "current_owner_object"]
 

@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Literal
 
-from .errors import ConfigurationError
-from .storage.base import Limits
+from ._errors import ConfigurationError
+from .storage._base import Limits
 
 __all__ = ["QUOTA_MODES", "QuotaMode", "QuotaOverrides", "QuotaPolicy", "quota_mode"]
 

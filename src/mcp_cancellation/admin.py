@@ -28,16 +28,15 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._asgi import Receive, Scope, Send, header, send_response, served_unless_http
+from ._errors import CancellationError, ConfigurationError, StorageUnavailable
 from ._printable import printable
-from .errors import CancellationError, ConfigurationError, StorageUnavailable
 from .scope import ScopeLabeler, scope_kind
 
 if TYPE_CHECKING:
-    from .registry import CancellationRegistry
-    from .storage.base import InFlightRequest
+    from ._registry import CancellationRegistry
+    from .storage._base import InFlightRequest
 
 __all__ = [
-    "ADMIN_TOKEN_ENV",
     "AdminApp",
     "RequestView",
     "admin_app",

@@ -29,24 +29,15 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from .errors import ConfigurationError
+from ._errors import ConfigurationError
 
 __all__ = [
-    "DEFAULT_HASH_KEY",
-    "HASH_KEY_ENV",
-    "MAX_LABEL_CHARS",
     "PRINCIPAL_KEY",
-    "SCOPE_KINDS",
     "SESSION_KEY",
-    "ScopeKind",
-    "ScopeLabeler",
     "client_bucket",
-    "principal_of",
-    "resolve_key",
     "rows_by_kind",
     "scope_kind",
     "scope_of",
-    "trusted_networks",
 ]
 
 #: ASGI scope key under which server code puts a session id it has validated.

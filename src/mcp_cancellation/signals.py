@@ -41,7 +41,7 @@ signal                           keyword arguments
                                  sent by the process that ran it, only when a receiver
                                  is connected (the bridges' ``mcp.server.operation.duration``)
 ``storage.error``                ``operation`` (one of
-                                 :data:`~mcp_cancellation.storage.base.STORAGE_OPERATIONS`),
+                                 :data:`~mcp_cancellation.storage._base.STORAGE_OPERATIONS`),
                                  ``error`` (the exception); sender: the storage
 ===============================  =======================================================
 """

@@ -10,6 +10,15 @@ from typing import Any
 import pytest
 
 from mcp_cancellation import dashboards
+from mcp_cancellation.dashboards._config import RUNBOOK_BASE
+from mcp_cancellation.dashboards._generation import DASHBOARDS as GENERATED
+from mcp_cancellation.dashboards._generation import build_dashboard
+from mcp_cancellation.dashboards._validation import (
+    known_metric_names,
+    metric_names_in,
+    panel_queries,
+    substitute,
+)
 from mcp_cancellation.telemetry.prometheus import METRIC_NAMES
 
 from ..support import project_root
@@ -17,7 +26,7 @@ from ._rules import load_rules
 
 ROOT = project_root()
 DASHBOARDS = ROOT / "dashboards"
-NAMES = sorted(dashboards.DASHBOARDS)
+NAMES = sorted(GENERATED)
 
 
 def load(name: str) -> dict[str, Any]:
@@ -27,13 +36,13 @@ def load(name: str) -> dict[str, Any]:
 
 def test_known_metrics_are_the_exporters_list() -> None:
     standard = {f"mcp_server_operation_duration_seconds_{s}" for s in ("bucket", "sum", "count")}
-    assert dashboards.known_metric_names() == METRIC_NAMES | standard
+    assert known_metric_names() == METRIC_NAMES | standard
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_committed_dashboard_is_the_generated_one(name: str) -> None:
-    uid, title, panels = dashboards.DASHBOARDS[name]
-    expected = dashboards.render(dashboards.build_dashboard(uid, title, panels))
+    uid, title, panels = GENERATED[name]
+    expected = dashboards.render(build_dashboard(uid, title, panels))
     assert (DASHBOARDS / name).read_text(encoding="utf-8") == expected, (
         "stale: run .venv/bin/python -m mcp_cancellation._dashboards"
     )
@@ -41,7 +50,7 @@ def test_committed_dashboard_is_the_generated_one(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_dashboard_is_valid(name: str) -> None:
-    assert dashboards.check_dashboard(load(name), dashboards.known_metric_names()) == []
+    assert dashboards.check_dashboard(load(name), known_metric_names()) == []
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -96,9 +105,9 @@ def test_panels_cover_the_issue() -> None:
     } <= titles["abusive-scopes.json"]
     used: set[str] = set()
     for name in NAMES:
-        for query in dashboards.panel_queries(load(name)):
-            used |= dashboards.metric_names_in(query.expr)
-    assert used == dashboards.known_metric_names() - {
+        for query in panel_queries(load(name)):
+            used |= metric_names_in(query.expr)
+    assert used == known_metric_names() - {
         "mcp_server_operation_duration_seconds_sum"  # (the panels read counts and buckets)
     }
 
@@ -132,7 +141,7 @@ def test_rows_no_value_links_and_variables(name: str) -> None:
     variables = {v["name"] for v in document["templating"]["list"]}
     assert {"datasource", "job", "instance", "storage"} <= variables
     (link,) = document["links"]
-    other = next(uid for uid, _, _ in dashboards.DASHBOARDS.values() if uid != document["uid"])
+    other = next(uid for uid, _, _ in GENERATED.values() if uid != document["uid"])
     assert link["url"] == f"/d/{other}"
     assert link["keepTime"] is True
     assert link["includeVars"] is True
@@ -162,8 +171,8 @@ def test_table_state_queries_read_each_table_once(name: str) -> None:
     """Every query of a table-state gauge aggregates with max or min by storage (or by a
     scope, which one table holds once), or is a plain min/max, before anything sums across
     processes. The end-to-end test checks the values."""
-    for query in dashboards.panel_queries(load(name)):
-        names = dashboards.metric_names_in(query.expr)
+    for query in panel_queries(load(name)):
+        names = metric_names_in(query.expr)
         if names & TABLE_STATE:
             assert 'storage=~"$storage"' in query.expr, query
             idempotent = query.expr.startswith(("min(", "max("))  # a limit, read as one
@@ -237,7 +246,7 @@ def test_rule_validator_reports_missing_runbook_and_unknown_metric() -> None:
                         "annotations": {
                             "summary": "s",
                             "description": "d",
-                            "runbook_url": f"{dashboards.RUNBOOK_BASE}#missing-anchor",
+                            "runbook_url": f"{RUNBOOK_BASE}#missing-anchor",
                         },
                     },
                     {"alert": "B", "expr": "mcp_cancellation_rows > 0"},
@@ -261,7 +270,7 @@ def test_rules_follow_the_monitoring_mixin_conventions() -> None:
             "annotations": {
                 "summary": summary,
                 "description": description,
-                "runbook_url": f"{dashboards.RUNBOOK_BASE}#other",
+                "runbook_url": f"{RUNBOOK_BASE}#other",
             },
         }
 
@@ -299,7 +308,7 @@ def test_substitute_replaces_grafana_variables() -> None:
         'rate(mcp_cancellation_cancelled_total{job=~"$job", instance=~"${instance}"}'
         "[$__rate_interval])"
     )
-    assert dashboards.substitute(expr, "10s", job="demo") == (
+    assert substitute(expr, "10s", job="demo") == (
         'rate(mcp_cancellation_cancelled_total{job=~"demo", instance=~".+"}[10s])'
     )
 
@@ -312,8 +321,8 @@ def test_export_with_another_selector_and_datasource(tmp_path: Path, selector: s
     assert sorted(p.name for p in written) == NAMES
     for path in written:
         document = json.loads(path.read_text(encoding="utf-8"))
-        assert dashboards.check_dashboard(document, dashboards.known_metric_names(), config) == []
-        exprs = [q.expr for q in dashboards.panel_queries(document)]
+        assert dashboards.check_dashboard(document, known_metric_names(), config) == []
+        exprs = [q.expr for q in panel_queries(document)]
         assert exprs
         assert all("__MCP_CANCELLATION_SELECTOR__" not in e for e in exprs)
         assert all("$job" not in e and "$instance" not in e for e in exprs)
@@ -330,5 +339,5 @@ def test_a_variable_no_query_uses_is_a_problem() -> None:
     document["templating"]["list"].append(
         {"name": "region", "type": "query", "definition": "label_values(up, region)"}
     )
-    problems = dashboards.check_dashboard(document, dashboards.known_metric_names())
+    problems = dashboards.check_dashboard(document, known_metric_names())
     assert "variable region: no query uses it" in problems

@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from mcp_cancellation import dashboards
+from mcp_cancellation.dashboards._generation import DASHBOARDS
+from mcp_cancellation.dashboards._validation import panel_queries, substitute
 
 from ..processes import DemoProcess, PrometheusServer, start_simulator, stop_process
 from ..support import project_root, wait_until
@@ -61,9 +62,7 @@ def test_dashboards_and_alerts_against_real_prometheus(tmp_path: Path) -> None:
         *("--max-rows", str(CAP), "--max-rows-per-scope", str(QUOTA)),
     )
     queries = [
-        query
-        for name in sorted(dashboards.DASHBOARDS)
-        for query in dashboards.panel_queries(load_dashboard(name))
+        query for name in sorted(DASHBOARDS) for query in panel_queries(load_dashboard(name))
     ]
     with (
         DemoProcess(*demo_args, log=tmp_path / "demo.log") as demo,
@@ -103,7 +102,7 @@ def test_dashboards_and_alerts_against_real_prometheus(tmp_path: Path) -> None:
             # 2. Every panel query returns data, as Grafana would ask for it.
             missing: dict[str, str] = {}
             for query in queries:
-                expr = dashboards.substitute(query.expr, RATE_WINDOW)
+                expr = substitute(query.expr, RATE_WINDOW)
                 try:
                     wait_until(
                         lambda expr=expr: _has_data(prometheus.query(expr)),
@@ -157,13 +156,13 @@ def test_dashboards_and_alerts_against_real_prometheus(tmp_path: Path) -> None:
 
         # 4. Pictures of both dashboards from the recorded data.
         def fetch(expr: str, instant: bool) -> list[dict[str, Any]]:
-            expr = dashboards.substitute(expr, RATE_WINDOW)
+            expr = substitute(expr, RATE_WINDOW)
             if instant:
                 return prometheus.query(expr, time=end - 2)
             return prometheus.query_range(expr, start, end, step=1)
 
         images = tmp_path / "img"
-        for name in sorted(dashboards.DASHBOARDS):
+        for name in sorted(DASHBOARDS):
             render(
                 load_dashboard(name),
                 fetch,

@@ -13,6 +13,8 @@ import yaml
 
 from mcp_cancellation import dashboards
 from mcp_cancellation.__main__ import main
+from mcp_cancellation.dashboards._rules import rules_text
+from mcp_cancellation.dashboards._validation import known_metric_names, metric_names_in
 
 from ..support import project_root
 from ._rules import promtool
@@ -21,7 +23,7 @@ DASHBOARDS = project_root() / "dashboards"
 
 
 def test_the_committed_rules_are_the_package_data() -> None:
-    assert (DASHBOARDS / "alerts.yaml").read_text(encoding="utf-8") == dashboards.rules_text()
+    assert (DASHBOARDS / "alerts.yaml").read_text(encoding="utf-8") == rules_text()
 
 
 def test_command_writes_what_the_repository_holds(
@@ -47,7 +49,7 @@ def test_rules_under_a_selector_stay_valid_and_pass_their_tests(tmp_path: Path) 
     rules = yaml.safe_load((tmp_path / "alerts.yaml").read_text(encoding="utf-8"))
     for group in rules["groups"]:
         for rule in group["rules"]:
-            for name in dashboards.metric_names_in(rule["expr"]):
+            for name in metric_names_in(rule["expr"]):
                 assert rule["expr"].count(name) == rule["expr"].count(name + '{job="mcp"')
     assert promtool("check", "rules", str(tmp_path / "alerts.yaml")).returncode == 0
     shutil.copyfile(DASHBOARDS / "alerts.test.yaml", tmp_path / "alerts.test.yaml")
@@ -68,7 +70,7 @@ def test_prometheus_rule_resource_holds_the_same_rules(tmp_path: Path) -> None:
     assert resource["kind"] == "PrometheusRule"
     assert resource["metadata"]["name"] == "mcp"
     assert resource["metadata"]["namespace"] == "monitoring"
-    assert resource["spec"] == yaml.safe_load(dashboards.rules_text())
+    assert resource["spec"] == yaml.safe_load(rules_text())
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(resource["spec"]), encoding="utf-8")
     assert promtool("check", "rules", str(spec)).returncode == 0
@@ -82,7 +84,7 @@ def test_dashboards_only_and_another_datasource(tmp_path: Path) -> None:
     assert (
         dashboards.check_dashboard(
             document,
-            dashboards.known_metric_names(),
+            known_metric_names(),
             dashboards.DashboardConfig(datasource="uid-1"),
         )
         == []

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mcp_cancellation import dashboards
+from mcp_cancellation.dashboards._validation import panel_queries, substitute
 
 from ..processes import DemoProcess, PrometheusServer, start_simulator, stop_process
 from ..support import wait_until
@@ -24,10 +24,8 @@ IGNORING = "ignores_cancellation"
 
 
 def _panel(title: str) -> str:
-    (query, *_) = [
-        q for q in dashboards.panel_queries(load_dashboard("overview.json")) if q.panel == title
-    ]
-    return dashboards.substitute(query.expr, "5s")
+    (query, *_) = [q for q in panel_queries(load_dashboard("overview.json")) if q.panel == title]
+    return substitute(query.expr, "5s")
 
 
 def _by(result: list[dict[str, Any]], label: str) -> dict[str, float]:

@@ -19,8 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-from mcp_cancellation import dashboards
-from mcp_cancellation.telemetry.prometheus.catalogue import TABLE_STATE
+from mcp_cancellation.dashboards._generation import DASHBOARDS
+from mcp_cancellation.dashboards._validation import metric_names_in, panel_queries, substitute
+from mcp_cancellation.telemetry.prometheus._catalogue import TABLE_STATE
 
 from ..processes import DemoProcess, PrometheusServer
 from ..support import RedisServer, async_wait_until
@@ -96,16 +97,14 @@ async def test_two_demos_on_one_redis_count_the_table_once(tmp_path: Path) -> No
 
                 # 1. Each table-state query reads the same with all, a or b selected.
                 checked = 0
-                for name in sorted(dashboards.DASHBOARDS):
-                    for query in dashboards.panel_queries(load_dashboard(name)):
-                        if not dashboards.metric_names_in(query.expr) <= TABLE_STATE:
+                for name in sorted(DASHBOARDS):
+                    for query in panel_queries(load_dashboard(name)):
+                        if not metric_names_in(query.expr) <= TABLE_STATE:
                             continue
                         answers = {
                             who: _by_labels(
                                 prometheus.query(
-                                    dashboards.substitute(
-                                        query.expr, RATE_WINDOW, instance=instance
-                                    ),
+                                    substitute(query.expr, RATE_WINDOW, instance=instance),
                                     time=at,
                                 )
                             )
@@ -119,10 +118,10 @@ async def test_two_demos_on_one_redis_count_the_table_once(tmp_path: Path) -> No
 
                 # 2. ... and they are the table's counts, not N times them.
                 def panel(title: str, ref: str = "A") -> str:
-                    for name in sorted(dashboards.DASHBOARDS):
-                        for query in dashboards.panel_queries(load_dashboard(name)):
+                    for name in sorted(DASHBOARDS):
+                        for query in panel_queries(load_dashboard(name)):
                             if query.panel == title and query.ref_id == ref:
-                                return dashboards.substitute(query.expr, RATE_WINDOW)
+                                return substitute(query.expr, RATE_WINDOW)
                     raise AssertionError(f"no panel {title}")
 
                 assert _scalar(prometheus, panel("Rows held"), at) == 7

@@ -15,10 +15,10 @@ import pytest
 
 from mcp_cancellation import CancellationRegistry
 from mcp_cancellation.__main__ import build_parser
-from mcp_cancellation.demo import build_demo_app
-from mcp_cancellation.simulate import SimulationConfig, SimulationStats, run, simulate
+from mcp_cancellation._demo import build_demo_app
+from mcp_cancellation.simulate import SimulationConfig, SimulationStats, simulate
+from mcp_cancellation.simulate._command import _ProgressBar, run
 from mcp_cancellation.simulate._traffic import _address_pool, _parse_messages
-from mcp_cancellation.simulate.command import _ProgressBar
 
 from ..support import UvicornThread
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mcp_cancellation import dashboards
+from mcp_cancellation.dashboards._validation import panel_queries, substitute
 
 from ..jsonrpc import SSE_AND_JSON, call_body
 from ..processes import DemoProcess, PrometheusServer
@@ -38,10 +38,10 @@ def test_a_redis_crash_is_visible_and_heals(tmp_path: Path) -> None:
         ):
             (health_panel,) = [
                 q
-                for q in dashboards.panel_queries(load_dashboard("overview.json"))
+                for q in panel_queries(load_dashboard("overview.json"))
                 if q.panel == "Storage up, per instance"
             ]
-            up = dashboards.substitute(health_panel.expr)
+            up = substitute(health_panel.expr)
             errors = "sum(mcp_cancellation_storage_errors_total)"
 
             def alert_states() -> set[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from mcp_cancellation.telemetry._catalogue import ALL
-from mcp_cancellation.telemetry.otel.names import DURATION, METER_INSTRUMENTS
+from mcp_cancellation.telemetry.otel._names import DURATION, METER_INSTRUMENTS
 
 from ..support import project_root
 

@@ -31,8 +31,8 @@ from mcp_cancellation import (
     current_token,
 )
 from mcp_cancellation.storage import StorageStats
-from mcp_cancellation.storage.base import AddResult, Storage
-from mcp_cancellation.storage.memory import MemoryStorage
+from mcp_cancellation.storage._base import AddResult, Storage
+from mcp_cancellation.storage._memory import MemoryStorage
 
 from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message, versioned_call
 from ..support import UvicornThread, async_wait_until
@@ -154,7 +154,7 @@ def build_sdk_app(log: ToolLog, *, auth: bool = False, **http_app: Any) -> Any:
     with *auth*, behind the SDK's bearer authentication (the :data:`TOKENS`)."""
     from mcp.server.mcpserver import MCPServer
 
-    from mcp_cancellation.integrations.mcp_sdk import cancellable
+    from mcp_cancellation.integrations._mcp_sdk import cancellable
 
     options: dict[str, Any] = {}
     if auth:

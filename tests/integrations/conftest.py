@@ -13,8 +13,8 @@ import pytest
 
 from mcp_cancellation import CancellationRegistry
 from mcp_cancellation import signals as sig
-from mcp_cancellation.integrations.asgi import CancellationMiddleware
-from mcp_cancellation.storage.memory import MemoryStorage
+from mcp_cancellation.integrations._middleware import CancellationMiddleware
+from mcp_cancellation.storage._memory import MemoryStorage
 
 from ..support import UvicornThread
 from ._helpers import (

@@ -217,7 +217,7 @@ async def test_what_the_sdk_client_sends_when_its_caller_cancels(
         # The session stays open until the server has recorded the cancellation and the
         # call has ended, then for one more round trip: at 2025-11-25 the call's late
         # -32800 comes on its own POST, and the mcp client fails its own shutdown if that
-        # answer reaches the session as it closes (see mcp_cancellation.client).
+        # answer reaches the session as it closes (see mcp_cancellation._client).
         await async_wait_until(lambda: len(harness.cancellations) == 1, within=10)
         await harness.wait_empty()
         await client.list_tools()

@@ -22,7 +22,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from mcp_cancellation import CancellationRegistry, signals
-from mcp_cancellation.storage.memory import MemoryStorage
+from mcp_cancellation.storage._memory import MemoryStorage
 from mcp_cancellation.telemetry.prometheus import metrics_app
 
 from ..jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, cancel_body, final_message
@@ -221,7 +221,8 @@ async def test_tool_names_list_what_the_server_registered() -> None:
     from fastmcp import FastMCP
     from mcp.server.mcpserver import MCPServer
 
-    from mcp_cancellation.integrations import fastmcp, mcp_sdk
+    from mcp_cancellation import integrations as mcp_sdk
+    from mcp_cancellation.integrations import fastmcp
 
     fast = FastMCP("names")
     sdk = MCPServer("names")

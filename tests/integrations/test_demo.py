@@ -16,8 +16,8 @@ from mcp import Client
 from mcp_cancellation import CancellationRegistry, MemoryStorage
 from mcp_cancellation.__main__ import build_parser
 from mcp_cancellation.__main__ import main as command_main
-from mcp_cancellation.client import LEGACY, with_client
-from mcp_cancellation.demo import _instructions, build_demo_app, client_command, registry_from_args
+from mcp_cancellation._client import LEGACY, with_client
+from mcp_cancellation._demo import _instructions, build_demo_app, client_command, registry_from_args
 
 from ..jsonrpc import SSE_AND_JSON, cancel_body, final_message, jsonrpc_messages
 from ..support import UvicornThread, async_wait_until, stats_now, wait_until

@@ -16,9 +16,9 @@ import pytest
 
 from mcp_cancellation import CancellationRegistry, signals
 from mcp_cancellation._asgi import ASGIApp, Message, Receive, Scope, Send
-from mcp_cancellation.demo import build_demo_server
-from mcp_cancellation.integrations.asgi import CancellationMiddleware
-from mcp_cancellation.storage.memory import MemoryStorage
+from mcp_cancellation._demo import build_demo_server
+from mcp_cancellation.integrations._middleware import CancellationMiddleware
+from mcp_cancellation.storage._memory import MemoryStorage
 
 from ..jsonrpc import SSE_AND_JSON, call_body
 from ..support import UvicornThread, async_wait_until, stats_now

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry
-from mcp_cancellation.storage.memory import MemoryStorage
+from mcp_cancellation.storage._memory import MemoryStorage
 
 from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 from ..support import UvicornThread, async_wait_until
@@ -59,7 +59,7 @@ async def test_dns_rebinding_host_cannot_cancel() -> None:
     """A page rebound to the loopback server sends same-origin JSON with a foreign Host:
     the SDK refuses it (421) for its own endpoint, and so must the middleware for the
     notifications/cancelled it answers in front of the SDK."""
-    from mcp_cancellation.demo import build_demo_app
+    from mcp_cancellation._demo import build_demo_app
 
     registry = CancellationRegistry(janitor_interval=None)
     app = build_demo_app(registry, json_response=True, host="127.0.0.1")

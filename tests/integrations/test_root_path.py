@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from mcp_cancellation import REQUEST_CANCELLED, CancellationRegistry
-from mcp_cancellation.integrations.asgi import CancellationMiddleware
-from mcp_cancellation.storage.memory import MemoryStorage
+from mcp_cancellation.integrations._middleware import CancellationMiddleware
+from mcp_cancellation.storage._memory import MemoryStorage
 
 from ..jsonrpc import SSE_AND_JSON, call_body, cancel_body, final_message
 from ..support import UvicornThread, async_wait_until

@@ -20,7 +20,7 @@ from mcp_cancellation import (
     cancelled,
     raise_if_cancelled,
 )
-from mcp_cancellation.integrations.mcp_sdk import (
+from mcp_cancellation.integrations._mcp_sdk import (
     CancellationServerMiddleware,
     cancellable,
     cancelled_error,

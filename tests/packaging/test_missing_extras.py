@@ -18,15 +18,15 @@ CASES = [
     ("import mcp_cancellation.telemetry.otel", "otel", "The OpenTelemetry bridge"),
     ("from mcp_cancellation.telemetry import instrument", "otel", "The OpenTelemetry bridge"),
     (
-        "import mcp_cancellation.telemetry.instrumentation",
+        "import mcp_cancellation.telemetry._instrumentation",
         "otel-instrumentation",
         "McpCancellationInstrumentor",
     ),
-    ("import mcp_cancellation.integrations.mcp_sdk", "mcp", "integrations.mcp_sdk"),
+    ("from mcp_cancellation.integrations import cancellable", "mcp", "The SDK helpers"),
     ("import mcp_cancellation.integrations.fastmcp", "fastmcp", "integrations.fastmcp"),
-    ("import mcp_cancellation.demo", "mcp", "mcp-cancellation demo"),
+    ("import mcp_cancellation._demo", "mcp", "mcp-cancellation demo"),
     ("import mcp_cancellation.simulate", "mcp", "mcp-cancellation simulate"),
-    ("import mcp_cancellation.client", "mcp", "mcp-cancellation client"),
+    ("import mcp_cancellation._client", "mcp", "mcp-cancellation client"),
 ]
 
 
@@ -101,7 +101,7 @@ def test_help_lists_every_command_without_importing_the_sdk() -> None:
         "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
         "    main(['--help'])\n"
         "assert all(name in out.getvalue() for name in SUBCOMMANDS), out.getvalue()\n"
-        "heavy = ('mcp', 'redis', 'httpx', 'mcp_cancellation.demo')\n"
+        "heavy = ('mcp', 'redis', 'httpx', 'mcp_cancellation._demo')\n"
         "assert not [m for m in heavy if m in sys.modules]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -171,7 +171,7 @@ def test_the_dashboards_check_without_pyyaml_names_its_extra(
 def test_the_dashboards_check_passes_on_an_exported_directory(tmp_path: Path) -> None:
     """With the extra (the test environment has every one), ``--check`` of what the
     installed package exports finds nothing wrong."""
-    from mcp_cancellation.dashboards.export import export, main
+    from mcp_cancellation.dashboards._export import export, main
 
     export(tmp_path)
     assert main(["--check", "--dir", str(tmp_path), "--docs", str(tmp_path / "none")]) == 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from mcp_cancellation import CancellationRegistry, MemoryStorage
-from mcp_cancellation.storage.memory import _EXPIRE_STEP
+from mcp_cancellation.storage._memory import _EXPIRE_STEP
 
 
 async def test_a_flood_expires_in_steps_with_the_loop_running_between_them() -> None:

@@ -132,3 +132,53 @@ def test_py_typed_is_shipped() -> None:
     from pathlib import Path
 
     assert (Path(mcp_cancellation.__file__).parent / "py.typed").is_file()
+
+
+# The public modules (issue 65): every other module is private (``_``-prefixed), and the
+# names they export stay few. A new public module or name is a decision, made here.
+PUBLIC_MODULES = {
+    "mcp_cancellation",
+    "mcp_cancellation.admin",
+    "mcp_cancellation.dashboards",
+    "mcp_cancellation.integrations",
+    "mcp_cancellation.integrations.fastmcp",
+    "mcp_cancellation.logs",
+    "mcp_cancellation.scope",
+    "mcp_cancellation.signals",
+    "mcp_cancellation.simulate",
+    "mcp_cancellation.storage",
+    "mcp_cancellation.storage.redis",
+    "mcp_cancellation.telemetry",
+    "mcp_cancellation.telemetry.otel",
+    "mcp_cancellation.telemetry.prometheus",
+}
+
+
+def _public_modules() -> list[str]:
+    import pkgutil
+
+    names = ["mcp_cancellation"]
+    for info in pkgutil.walk_packages(mcp_cancellation.__path__, "mcp_cancellation."):
+        parts = info.name.split(".")[1:]
+        if not any(part.startswith("_") for part in parts):
+            names.append(info.name)
+    return names
+
+
+def test_public_modules_are_the_listed_few() -> None:
+    assert set(_public_modules()) <= PUBLIC_MODULES | {"mcp_cancellation.tasks"}
+    assert len(_public_modules()) <= 15
+
+
+def test_public_names_stay_few_and_resolve() -> None:
+    import importlib
+
+    total = 0
+    for name in _public_modules():
+        module = importlib.import_module(name)
+        exported = module.__all__
+        assert len(set(exported)) == len(exported), name
+        for attribute in exported:
+            assert hasattr(module, attribute), f"{name}.{attribute}"
+        total += len(exported)
+    assert total <= 120

@@ -10,7 +10,7 @@ import pytest
 
 from mcp_cancellation import CancellationLimitReached, CancellationRegistry
 from mcp_cancellation.signals import cancellation_evicted, cancellation_rejected
-from mcp_cancellation.storage.base import Limits
+from mcp_cancellation.storage._base import Limits
 
 from ..support import MakeRegistry, one_table
 from ._util import receiving, rows

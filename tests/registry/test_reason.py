@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mcp_cancellation import sanitize_reason
-from mcp_cancellation.reason import MAX_REASON_CHARS
+from mcp_cancellation._reason import MAX_REASON_CHARS
 
 # Every character DESIGN.md says is stripped, class by class.
 STRIPPED_CLASSES: dict[str, list[str]] = {

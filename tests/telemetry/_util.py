@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcp_cancellation import __version__
-from mcp_cancellation.telemetry import otel
+from mcp_cancellation.telemetry.otel import _names as otel_names
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -69,7 +69,7 @@ def points(
     assert data is not None
     for resource in data.resource_metrics:
         for scope in resource.scope_metrics:
-            assert scope.scope.name == otel.INSTRUMENTATION_NAME
+            assert scope.scope.name == otel_names.INSTRUMENTATION_NAME
             assert scope.scope.version == __version__
             for metric in scope.metrics:
                 if metric.name == name:

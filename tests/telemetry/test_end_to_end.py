@@ -19,9 +19,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from mcp_cancellation import REQUEST_CANCELLED, CancellationRegistry, MemoryStorage
-from mcp_cancellation.demo import build_demo_app
+from mcp_cancellation._demo import build_demo_app
 from mcp_cancellation.scope import SESSION_KEY
 from mcp_cancellation.telemetry import otel
+from mcp_cancellation.telemetry.otel import _names as otel_names
 
 from ..jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, cancel_body
 from ..support import UvicornThread, async_wait_until, stats_now
@@ -94,7 +95,7 @@ async def test_cancel_over_http_is_traced_and_counted(
     spans = span_exporter.get_finished_spans()
     (server_span,) = [s for s in spans if s.name == "cancel"]
     # The cancellation is an event on the server span of the POST that cancelled.
-    (cancel_event,) = [e for e in server_span.events if e.name == otel.EVENT_CANCEL]
+    (cancel_event,) = [e for e in server_span.events if e.name == otel_names.EVENT_CANCEL]
     attributes = dict(cancel_event.attributes or {})
     assert attributes["mcp.method.name"] == "notifications/cancelled"
     assert attributes["mcp_cancellation.request.id"] == "77"

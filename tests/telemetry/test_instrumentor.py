@@ -20,7 +20,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from mcp_cancellation import CancellationRegistry
 from mcp_cancellation.telemetry import otel
-from mcp_cancellation.telemetry.instrumentation import McpCancellationInstrumentor
+from mcp_cancellation.telemetry._instrumentation import McpCancellationInstrumentor
+from mcp_cancellation.telemetry.otel import _names as otel_names
 
 from ._util import events, points
 
@@ -81,7 +82,7 @@ def test_opentelemetry_instrument_records_a_plain_program(tmp_path: Path) -> Non
         documents.append(document)
     spans = [d for d in documents if "context" in d and "name" in d]
     (job,) = [s for s in spans if s["name"] == "job"]
-    (cancel,) = [e for e in job["events"] if e["name"] == otel.EVENT_CANCEL]
+    (cancel,) = [e for e in job["events"] if e["name"] == otel_names.EVENT_CANCEL]
     assert cancel["attributes"]["mcp_cancellation.request.id"] == "7"
     metric_names = {
         metric["name"]
@@ -108,7 +109,7 @@ async def test_a_registry_with_its_own_bridge_is_recorded_once(
         with tracer_provider.get_tracer("server").start_as_current_span("request"):
             await own.cancel(1, None, "ip:192.0.2.1")
             await plain.cancel(1, None, "ip:192.0.2.2")
-        assert len(events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)) == 2
+        assert len(events(span_exporter.get_finished_spans(), otel_names.EVENT_CANCEL)) == 2
         assert points(metric_reader, "mcp_cancellation.cancelled") == {
             frozenset({("scope_kind", "ip")}): 2
         }

@@ -22,6 +22,7 @@ from mcp_cancellation import (
 )
 from mcp_cancellation.scope import ScopeLabeler
 from mcp_cancellation.telemetry import otel
+from mcp_cancellation.telemetry.otel import _names as otel_names
 
 from ..support import MakeRegistry
 from ._util import SESSION_ID, Providers, by_name, events, points
@@ -54,7 +55,7 @@ async def test_a_cancellation_is_an_event_on_the_current_span(
     with server_tracer.start_as_current_span("notifications/cancelled"):
         await registry.cancel(42, "user pressed stop", SESSION, method="notifications/cancelled")
     (parent,) = span_exporter.get_finished_spans()  # no span of the bridge's own
-    ((span, event),) = events([parent], otel.EVENT_CANCEL)
+    ((span, event),) = events([parent], otel_names.EVENT_CANCEL)
     assert span.name == "notifications/cancelled"
     assert dict(event.attributes or {}) == {
         "mcp_cancellation.request.id": "42",
@@ -80,10 +81,10 @@ async def test_disconnect_and_library_cancellations(
         await registry.cancel(7)
     # A closed stream is a span of its own, a child of the current one (in SSE mode the
     # app's span is current, in JSON mode none is: the same span either way).
-    (disconnect,) = by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)
+    (disconnect,) = by_name(span_exporter.get_finished_spans(), otel_names.SPAN_CANCEL)
     assert disconnect.parent is not None
     assert disconnect.parent.span_id == server.get_span_context().span_id
-    ((_, library),) = events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)
+    ((_, library),) = events(span_exporter.get_finished_spans(), otel_names.EVENT_CANCEL)
     assert dict(disconnect.attributes or {}) == {
         "mcp_cancellation.request.id": "abc",
         "mcp_cancellation.source": "disconnect",
@@ -125,7 +126,7 @@ async def test_cleanup_span_spans_the_pass(
 
     with signals.cancellation_cleanup.connected_to(capture, sender=registry):
         assert await registry.cleanup(ttl=1e-9) == (3, 1)
-    (span,) = by_name(span_exporter.get_finished_spans(), otel.SPAN_CLEANUP)
+    (span,) = by_name(span_exporter.get_finished_spans(), otel_names.SPAN_CLEANUP)
     (signal,) = sent
     assert span.start_time == signal["start_time_ns"]
     assert span.end_time == signal["start_time_ns"] + round(signal["duration"] * 1e9)
@@ -145,10 +146,10 @@ async def test_a_cleanup_pass_that_removed_nothing_leaves_no_span(
 ) -> None:
     """The janitor runs every minute on every worker: an idle pass is not a trace."""
     assert await registry.cleanup(ttl=300) == (0, 0)
-    assert by_name(span_exporter.get_finished_spans(), otel.SPAN_CLEANUP) == []
+    assert by_name(span_exporter.get_finished_spans(), otel_names.SPAN_CLEANUP) == []
     await registry.cancel(1, None, "ip:192.0.2.1")
     assert await registry.cleanup(ttl=1e-9) == (1, 0)
-    assert len(by_name(span_exporter.get_finished_spans(), otel.SPAN_CLEANUP)) == 1
+    assert len(by_name(span_exporter.get_finished_spans(), otel_names.SPAN_CLEANUP)) == 1
 
 
 @pytest.mark.usefixtures("instrumented")
@@ -174,9 +175,9 @@ async def test_a_flood_batch_leaves_the_span_room(
     (span,) = by_name(span_exporter.get_finished_spans(), "POST /mcp (flood)")
     assert span.dropped_events == 0
     app, *evicts, cancel = span.events
-    assert (app.name, cancel.name) == ("app.request.parsed", otel.EVENT_CANCEL)
+    assert (app.name, cancel.name) == ("app.request.parsed", otel_names.EVENT_CANCEL)
     assert len(evicts) == otel.EVICT_EVENTS
-    assert all(event.name == otel.EVENT_EVICT for event in evicts)
+    assert all(event.name == otel_names.EVENT_EVICT for event in evicts)
     assert [dict(event.attributes or {}) for event in evicts] == [
         {
             "mcp_cancellation.scope_kind": scope.split(":")[0],
@@ -216,7 +217,7 @@ async def test_evictions_and_rejections(
     (request,) = by_name(spans, "POST /mcp")
     (evicting,) = by_name(spans, "POST /mcp (evicting)")
     quota, invalid = request.events
-    assert quota.name == invalid.name == otel.EVENT_REJECTED
+    assert quota.name == invalid.name == otel_names.EVENT_REJECTED
     assert dict(quota.attributes or {}) == {
         "error.type": "quota",
         "mcp_cancellation.scope_kind": "session",
@@ -232,7 +233,7 @@ async def test_evictions_and_rejections(
     assert sorted(span.name for span in spans) == ["POST /mcp", "POST /mcp (evicting)"]
     # The evicting insert's span: the eviction, then the cancellation it made room for.
     evict, cancel = evicting.events
-    assert (evict.name, cancel.name) == (otel.EVENT_EVICT, otel.EVENT_CANCEL)
+    assert (evict.name, cancel.name) == (otel_names.EVENT_EVICT, otel_names.EVENT_CANCEL)
     assert dict(evict.attributes or {}) == {
         "mcp_cancellation.scope_kind": "session",
         "mcp_cancellation.scope": ScopeLabeler()(SESSION),
@@ -262,7 +263,7 @@ async def test_evictions_and_rejections(
     }
     for span in spans:  # the session id is never exported
         for event in span.events:
-            assert set(event.attributes or {}) <= otel.ATTRIBUTES
+            assert set(event.attributes or {}) <= otel_names.ATTRIBUTES
             assert all(SESSION_ID not in str(v) for v in (event.attributes or {}).values())
 
 
@@ -279,14 +280,14 @@ async def test_instrument_is_idempotent_and_uninstrument_stops(
     assert otel.instrumented()
     with server_tracer.start_as_current_span("request"):
         await registry.cancel(1)
-    assert len(events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)) == 1
+    assert len(events(span_exporter.get_finished_spans(), otel_names.EVENT_CANCEL)) == 1
     otel.uninstrument()
     otel.uninstrument()
     assert not otel.instrumented()
     assert len(signals.request_cancelled.receivers) == before
     with server_tracer.start_as_current_span("request"):
         await registry.cancel(2)
-    assert len(events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)) == 1
+    assert len(events(span_exporter.get_finished_spans(), otel_names.EVENT_CANCEL)) == 1
     with pytest.raises(TypeError):
         otel.instrument(providers["tracer_provider"])  # type: ignore[arg-type]
 
@@ -309,7 +310,7 @@ async def test_instrument_one_registry_only(
         otel.uninstrument(watched)
         assert not otel.instrumented(watched)
         await watched.cancel(3)
-    ((_, event),) = events(span_exporter.get_finished_spans(), otel.EVENT_CANCEL)
+    ((_, event),) = events(span_exporter.get_finished_spans(), otel_names.EVENT_CANCEL)
     assert (event.attributes or {})["mcp_cancellation.request.id"] == "1"
 
 
@@ -319,7 +320,7 @@ async def test_hash_key_applies_to_span_attributes(
     otel.instrument(registry, **providers, hash_key="k")
     # Outside any span, a notification's cancellation gets a span of its own.
     await registry.cancel(1, None, SESSION, method="notifications/cancelled")
-    (span,) = by_name(span_exporter.get_finished_spans(), otel.SPAN_CANCEL)
+    (span,) = by_name(span_exporter.get_finished_spans(), otel_names.SPAN_CANCEL)
     scope = (span.attributes or {})["mcp_cancellation.scope"]
     assert scope == ScopeLabeler("k")(SESSION) != ScopeLabeler()(SESSION)
 

@@ -22,13 +22,14 @@ from mcp_cancellation import (
     CancellationLimitReached,
     CancellationRegistry,
     InvalidRequestId,
-    dashboards,
 )
 from mcp_cancellation._asgi import serve_lifespan
+from mcp_cancellation.dashboards._generation import DASHBOARDS
+from mcp_cancellation.dashboards._validation import panel_queries, substitute
 from mcp_cancellation.storage.redis import RedisStorage
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.prometheus import METRIC_NAMES, metrics_app
-from mcp_cancellation.telemetry.prometheus.catalogue import SERIES
+from mcp_cancellation.telemetry.prometheus._catalogue import SERIES
 
 from ..dashboards._rules import load_dashboard, load_rules
 from ..processes import PrometheusServer
@@ -99,7 +100,7 @@ async def test_otel_exporter_matches_prometheus_client(redis_server: Any) -> Non
                 await async_wait_until(lambda: running in registry.ignoring(), within=10)
 
                 def query(expr: str, where: str) -> dict[frozenset[tuple[str, str]], float]:
-                    expr = dashboards.substitute(expr, "10s", instance=where)
+                    expr = substitute(expr, "10s", instance=where)
                     return _series(prometheus.query(expr))
 
                 async def both(expr: str) -> dict[str, dict[frozenset[tuple[str, str]], float]]:
@@ -148,8 +149,8 @@ async def test_otel_exporter_matches_prometheus_client(redis_server: Any) -> Non
                 # 2. Every dashboard query and alert expression reads the same.
                 queries = [
                     query.expr
-                    for file in sorted(dashboards.DASHBOARDS)
-                    for query in dashboards.panel_queries(load_dashboard(file))
+                    for file in sorted(DASHBOARDS)
+                    for query in panel_queries(load_dashboard(file))
                 ]
                 rules = load_rules()
                 alert_exprs = {r["expr"] for g in rules["groups"] for r in g["rules"]}

@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from mcp_cancellation import CancellationLimitReached, CancellationRegistry
 from mcp_cancellation.telemetry import otel
+from mcp_cancellation.telemetry.otel import _names as otel_names
 
 from ..support import async_wait_until, wait_until
 from ._otlp import Receiver
@@ -61,13 +62,13 @@ async def test_spans_and_metrics_arrive_over_otlp_http(receiver: Receiver) -> No
         meter_provider.shutdown()
         await registry.aclose()
 
-    assert receiver.span_names() >= otel.SPAN_NAMES
+    assert receiver.span_names() >= otel_names.SPAN_NAMES
     assert receiver.event_names()["POST /mcp"] == {
-        otel.EVENT_CANCEL,
-        otel.EVENT_EVICT,
-        otel.EVENT_REJECTED,
+        otel_names.EVENT_CANCEL,
+        otel_names.EVENT_EVICT,
+        otel_names.EVENT_REJECTED,
     }
     points = receiver.metric_points()
     # Every instrument arrived, each point with exactly the catalogue's labels.
-    for name, (_, _, labels) in otel.METER_INSTRUMENTS.items():
+    for name, (_, _, labels) in otel_names.METER_INSTRUMENTS.items():
         assert points.get(name) == {frozenset(labels)}, (name, points.get(name))

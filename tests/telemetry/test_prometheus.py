@@ -24,7 +24,7 @@ from mcp_cancellation import (
 )
 from mcp_cancellation.scope import DEFAULT_HASH_KEY, HASH_KEY_ENV, SCOPE_KINDS
 from mcp_cancellation.telemetry.prometheus import METRIC_NAMES, PrometheusBridge, metrics_app
-from mcp_cancellation.telemetry.prometheus.catalogue import SERIES
+from mcp_cancellation.telemetry.prometheus._catalogue import SERIES
 
 from ..registry._util import receiving
 from ..support import MakeRegistry, UvicornThread, env

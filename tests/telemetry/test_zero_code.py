@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mcp_cancellation.telemetry import otel
+from mcp_cancellation.telemetry.otel import _names as otel_names
 
 from ..jsonrpc import MODERN, versioned_call
 from ..processes import DemoProcess
@@ -43,7 +43,7 @@ def cancel_spans(receiver: Receiver) -> list[dict[str, str]]:
         for resource in request.resource_spans
         for scope in resource.scope_spans
         for span in scope.spans
-        if span.name == otel.SPAN_CANCEL
+        if span.name == otel_names.SPAN_CANCEL
     ]
 
 

@@ -27,49 +27,22 @@ ships so the dashboards can be rebuilt from an installed copy, e.g.
 
 from __future__ import annotations
 
-from .config import RUNBOOK_BASE, SCHEMA_VERSION, DashboardConfig
-from .export import PROMETHEUS_RULE_FILE, RULE_FORMATS, check_directory, export, main
-from .generation import DASHBOARDS, build_dashboard, dashboards, render
-from .rules import (
-    RULES_FILE,
+from ._config import DashboardConfig
+from ._export import export, main
+from ._generation import dashboards, render
+from ._rules import (
     check_rules,
-    github_anchor,
-    prometheus_rule,
-    rules_text,
-    with_selector,
 )
-from .validation import (
-    PanelQuery,
+from ._validation import (
     check_dashboard,
-    known_metric_names,
-    metric_names_in,
-    panel_queries,
-    substitute,
 )
 
 __all__ = [
-    "DASHBOARDS",
-    "PROMETHEUS_RULE_FILE",
-    "RULES_FILE",
-    "RULE_FORMATS",
-    "RUNBOOK_BASE",
-    "SCHEMA_VERSION",
     "DashboardConfig",
-    "PanelQuery",
-    "build_dashboard",
     "check_dashboard",
-    "check_directory",
     "check_rules",
     "dashboards",
     "export",
-    "github_anchor",
-    "known_metric_names",
     "main",
-    "metric_names_in",
-    "panel_queries",
-    "prometheus_rule",
     "render",
-    "rules_text",
-    "substitute",
-    "with_selector",
 ]

@@ -2,6 +2,6 @@
 
 import sys
 
-from .export import main
+from ._export import main
 
 sys.exit(main())

@@ -10,14 +10,14 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._asgi import Message, Receive, Send
-from ..errors import REQUEST_CANCELLED
+from .._errors import REQUEST_CANCELLED
+from .._token import Outcome
 from ..scope import scope_kind
-from ..token import Outcome
 from ._jsonrpc import answer_error
 
 if TYPE_CHECKING:
-    from ..registry import CancellationRegistry
-    from ..request_context import RequestContext
+    from .._registry import CancellationRegistry
+    from .._request_context import RequestContext
 
 
 class Host(Protocol):

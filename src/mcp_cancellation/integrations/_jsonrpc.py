@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Final, Literal
 
 from .._asgi import Send, send_response
-from ..token import TOOL_ERROR
+from .._token import TOOL_ERROR
 
 try:
     # The SDK's own parser (its transport reads a POST with ``pydantic_core.from_json``):

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .._asgi import Message, Receive, Scope, Send, header
+from .._asgi import ASGIApp, Message, Receive, Scope, Send, header
+from .._errors import CancellationLimitReached, InvalidRequestId, StorageUnavailable
 from .._ids import normalize_id
-from ..errors import CancellationLimitReached, InvalidRequestId, StorageUnavailable
 from . import _jsonrpc
 from ._exchange import replay
 from ._sessions import SESSION_HEADER
+from ._transport import Transport
 
 if TYPE_CHECKING:
-    from .asgi import CancellationMiddleware
+    from mcp.server.transport_security import TransportSecurityMiddleware
 
-__all__ = ["answer_cancelled"]
+    from .._registry import CancellationRegistry
+
+__all__ = ["Front", "answer_cancelled"]
 
 logger = logging.getLogger("mcp_cancellation.asgi")
 
@@ -30,8 +33,21 @@ _QUOTA_MESSAGE = "Too many outstanding cancellations; try again shortly."
 _STORAGE_MESSAGE = "Cancellation storage unavailable; try again shortly."
 
 
+class Front(NamedTuple):
+    """What answering a notification needs of the middleware in front of the app."""
+
+    app: ASGIApp
+    registry: CancellationRegistry
+    #: The caller's scope of an ASGI request, as the middleware computes it.
+    caller_scope: Callable[[Scope], str]
+    #: The SDK transport behind the middleware, if found.
+    transport: Transport | None
+    #: The SDK's Host/Origin check, the middleware's own or the SDK app's.
+    security: TransportSecurityMiddleware | None
+
+
 async def answer_cancelled(
-    middleware: CancellationMiddleware,
+    middleware: Front,
     scope: Scope,
     receive: Receive,
     send: Send,
@@ -41,7 +57,7 @@ async def answer_cancelled(
     """Answer a ``notifications/cancelled`` POST: the SDK's own checks first, then the
     cancellation recorded in the caller's scope, by the middleware or once the SDK
     accepted the notification."""
-    transport = middleware._transport or middleware._find_transport()
+    transport = middleware.transport
     if not _jsonrpc.is_json_content_type(header(scope, b"content-type")):
         # Refused like the SDK refuses it, first (400): a cross-site text/plain POST
         # must not cancel anything.
@@ -49,14 +65,14 @@ async def answer_cancelled(
             send, 400, _jsonrpc.INVALID_REQUEST, "Invalid Content-Type header"
         )
         return
-    if middleware._security is not None:
+    if middleware.security is not None:
         # The SDK's Host/Origin allow-list (DNS-rebinding protection) guards its own
         # endpoint; the middleware answers this notification in front of it, so it
         # must apply the same check or a rebinding page could cancel the user's calls.
-        # Without ``transport_security``, the SDK app's own settings (_find_transport).
+        # Without ``transport_security``, the SDK app's own settings.
         from starlette.requests import Request
 
-        refusal = await middleware._security.validate_request(Request(scope), is_post=True)
+        refusal = await middleware.security.validate_request(Request(scope), is_post=True)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
@@ -122,7 +138,7 @@ async def answer_cancelled(
 
 
 async def _record(
-    middleware: CancellationMiddleware, caller: str, request_id: object, params: dict[Any, Any]
+    middleware: Front, caller: str, request_id: object, params: dict[Any, Any]
 ) -> Callable[[Send], Awaitable[None]] | None:
     """Record a notification's cancellation in the *caller*'s scope; the error answer
     to give instead of 202, if any."""
@@ -146,7 +162,7 @@ async def _record(
 
 
 async def _cancel_once_accepted(
-    middleware: CancellationMiddleware,
+    middleware: Front,
     scope: Scope,
     receive: Receive,
     send: Send,

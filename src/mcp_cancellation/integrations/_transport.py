@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
 
-__all__ = ["MAX_DEPTH", "Transport", "find_transport"]
+__all__ = ["MAX_DEPTH", "Transport", "find_transport", "loopback_transport_security"]
 
 #: How many wrapping layers (middleware, each with an ``app``) the search goes through.
 MAX_DEPTH = 32
@@ -100,3 +101,17 @@ def _search(
             return None
         node = getattr(node, "app", None)
     return None
+
+
+def loopback_transport_security(host: str) -> TransportSecuritySettings | None:
+    """The DNS-rebinding protection the SDK turns on by itself for a loopback *host*,
+    built here so that the SDK app and the middleware share one instance."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )

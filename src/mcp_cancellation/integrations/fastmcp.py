@@ -22,16 +22,16 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from .._errors import RequestCancelled
 from .._extras import requires
-from ..errors import RequestCancelled
-from ..token import cancellation_error_type
+from .._token import cancellation_error_type
 
 with requires("fastmcp", "mcp_cancellation.integrations.fastmcp"):
     # FastMCP first: without it, the fastmcp extra is the one to name.
     from fastmcp.exceptions import FastMCPError, ToolError
     from fastmcp.server.middleware import Middleware
 
-    from .mcp_sdk import cancelled_error, current_reason, is_error_result, request_cancelled
+    from ._mcp_sdk import cancelled_error, current_reason, is_error_result, request_cancelled
 
 if TYPE_CHECKING:
     from fastmcp.server.middleware import MiddlewareContext

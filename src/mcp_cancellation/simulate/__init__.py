@@ -33,17 +33,11 @@ from __future__ import annotations
 from .._extras import requires
 
 with requires("mcp", "mcp-cancellation simulate"):
-    from ._traffic import KEEPALIVE_EXPIRY
-    from .command import add_parser, run, server_quota, simulate
-    from .config import PROTOCOL_VERSION, SimulationConfig, SimulationStats
+    from ._command import simulate
+    from ._config import SimulationConfig, SimulationStats
 
 __all__ = [
-    "KEEPALIVE_EXPIRY",
-    "PROTOCOL_VERSION",
     "SimulationConfig",
     "SimulationStats",
-    "add_parser",
-    "run",
-    "server_quota",
     "simulate",
 ]

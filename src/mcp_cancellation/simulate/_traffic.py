@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._extras import requires
-from .config import PROTOCOL_VERSION, SimulationConfig, SimulationStats
+from ._config import PROTOCOL_VERSION, SimulationConfig, SimulationStats
 
 with requires("mcp", "mcp-cancellation simulate"):
     import httpx

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 from .._config import UNSET, int_limit
 from .._extras import lazy
-from .base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
-from .memory import MemoryStorage
+from ._base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
+from ._memory import MemoryStorage
 
 if TYPE_CHECKING:
     from .redis import RedisStorage
@@ -22,7 +22,6 @@ __all__ = [
     "Storage",
     "StorageStats",
     "TableSummary",
-    "storage_from_environment",
 ]
 
 

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:
-    from ..token import RequestToken
+    from .._token import RequestToken
 
 __all__ = ["InFlightTokens", "Row"]
 

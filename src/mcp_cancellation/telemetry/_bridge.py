@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 from blinker import ANY
 
 from .. import signals
-from ..errors import ConfigurationError
+from .._errors import ConfigurationError
+from .._token import OTHER_TOOL
 from ..scope import ScopeKind, scope_kind
-from ..token import OTHER_TOOL
 from ._catalogue import operation_labels
 from ._guard import disconnect_all, never_raise
 
 if TYPE_CHECKING:
-    from ..registry import CancellationRegistry
+    from .._registry import CancellationRegistry
 
 __all__ = ["Bridge", "Receivers", "Setups"]
 

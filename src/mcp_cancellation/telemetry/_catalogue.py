@@ -1,5 +1,5 @@
 """The metric catalogue: every exported name, its type, labels and help (private; public
-as :mod:`mcp_cancellation.telemetry.prometheus.catalogue`).
+as :mod:`mcp_cancellation.telemetry.prometheus._catalogue`).
 
 Both bridges export exactly these: the Prometheus bridge under these names, the
 OpenTelemetry bridge as instruments whose Prometheus names (after the OTel exporter's
@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Final
 
-from ..token import TOOL_ERROR
+from .._token import TOOL_ERROR
 
 __all__ = [
     "ALL",
@@ -204,7 +204,7 @@ NEAR_QUOTA: Final = 0.8
 
 
 #: Values of the ``outcome`` label of ``cancel_to_stop_seconds`` (as in
-#: :data:`mcp_cancellation.token.OUTCOMES`).
+#: :data:`mcp_cancellation._token.OUTCOMES`).
 def one_two_five(low: float, high: float) -> tuple[float, ...]:
     """Histogram bounds 1, 2.5 and 5 times each power of ten from *low* to *high*
     (both powers of ten): ``one_two_five(0.01, 1.0)`` is ``(0.01, 0.025, ..., 0.5, 1.0)``."""

@@ -14,14 +14,14 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .._token import OTHER_TOOL
 from ..scope import SCOPE_KINDS, ScopeLabeler
-from ..storage.base import TableSummary
-from ..token import OTHER_TOOL
+from ..storage._base import TableSummary
 from ._catalogue import PREFIX
 from ._heavy_hitters import HeavyHitter
 
 if TYPE_CHECKING:
-    from ..registry import CancellationRegistry
+    from .._registry import CancellationRegistry
 
 __all__ = ["ITEM_SEPARATOR", "GaugeValues", "TableState", "gauge_values", "ignored_by_tool"]
 

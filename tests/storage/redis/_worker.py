@@ -14,7 +14,7 @@ from typing import Any
 import uvicorn
 
 from mcp_cancellation import CancellationRegistry
-from mcp_cancellation.demo import build_demo_app
+from mcp_cancellation._demo import build_demo_app
 from mcp_cancellation.storage.redis import RedisStorage
 
 POLL_INTERVAL = 0.05

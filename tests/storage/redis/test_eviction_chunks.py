@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from mcp_cancellation.storage.base import Limits
+from mcp_cancellation.storage._base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ...registry._model import Model

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from mcp_cancellation.storage.base import Limits
+from mcp_cancellation.storage._base import Limits
 
 from ...support import async_wait_until
 from ._helpers import MakeStorage, assert_layout_in_step

@@ -15,7 +15,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from mcp_cancellation import CancellationRegistry, RequestToken, StorageUnavailable
-from mcp_cancellation.storage.base import Limits
+from mcp_cancellation.storage._base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ...support import MakeRegistry, RedisServer, async_wait_until

@@ -23,7 +23,7 @@ from mcp_cancellation import (
     MemoryStorage,
     RequestToken,
 )
-from mcp_cancellation.storage.base import Limits
+from mcp_cancellation.storage._base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ...support import MakeRegistry, RedisServer, async_wait_until, env

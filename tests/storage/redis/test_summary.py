@@ -9,7 +9,7 @@ from redis.asyncio import Redis
 
 from mcp_cancellation.scope import scope_kind
 from mcp_cancellation.storage import TableSummary
-from mcp_cancellation.storage.base import Limits
+from mcp_cancellation.storage._base import Limits
 
 from ._helpers import CountingConnection, MakeStorage, calls_between, command_calls, settled
 

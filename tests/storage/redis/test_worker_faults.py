@@ -18,7 +18,7 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from mcp_cancellation import REQUEST_CANCELLED
-from mcp_cancellation.storage.base import Limits
+from mcp_cancellation.storage._base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ...jsonrpc import cancel_body

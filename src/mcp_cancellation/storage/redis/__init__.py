@@ -25,6 +25,9 @@ must run on it. Build the storage where the application's loop runs (an ASGI lif
 from __future__ import annotations
 
 from ._partitioned import PartitionedRedisStorage
-from .storage import DEFAULT_PREFIX, RedisStorage
+from ._storage import RedisStorage
 
-__all__ = ["DEFAULT_PREFIX", "PartitionedRedisStorage", "RedisStorage"]
+__all__ = [
+    "PartitionedRedisStorage",
+    "RedisStorage",
+]

@@ -26,9 +26,9 @@ import importlib.metadata
 import urllib.parse
 from typing import TYPE_CHECKING, Any, cast
 
+from ..._errors import ConfigurationError
 from ..._extras import requires
 from ..._redaction import redact_url
-from ...errors import ConfigurationError
 
 with requires("redis", "RedisStorage"):
     from redis.asyncio import ConnectionPool, Redis

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...scope import scope_kind
-from ..base import InFlightRequest, Limits, TableSummary
+from .._base import InFlightRequest, Limits, TableSummary
 
 __all__ = [
     "add_arguments",

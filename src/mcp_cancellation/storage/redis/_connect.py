@@ -7,9 +7,9 @@ import urllib.parse
 from collections.abc import Collection
 from typing import Any
 
+from ..._errors import ConfigurationError
 from ..._extras import requires
 from ..._redaction import redact_url, scrub
-from ...errors import ConfigurationError
 from ._cluster import cluster_from_url, cluster_identity, is_cluster_url
 
 with requires("redis", "RedisStorage"):
@@ -18,11 +18,19 @@ with requires("redis", "RedisStorage"):
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialBackoff, NoBackoff
 
-__all__ = ["SCHEMES", "check_url", "client_from_url", "table_identity"]
+__all__ = ["SCHEMES", "check_url", "client_from_url", "cluster_concurrency", "table_identity"]
 
 #: Connections per cluster node beyond the calls a worker runs at once: the listener's
 #: slot lookup and redis-py's script loads.
 CLUSTER_HEADROOM = 8
+
+
+def cluster_concurrency(client: RedisCluster) -> int:
+    """How many calls a storage runs at once on *client*: its pool size, less the
+    headroom kept for pub/sub and redirections. A cluster pool refuses a burst past its
+    size instead of queueing it, so the storage queues it itself."""
+    size = client.nodes_manager.connection_kwargs.get("max_connections", 100)
+    return max(1, int(size) - CLUSTER_HEADROOM)
 
 
 def client_from_url(
@@ -35,12 +43,12 @@ def client_from_url(
     max_connections: int,
     cluster: bool | None,
     **client_kwargs: Any,
-) -> tuple[Redis | RedisCluster, int | None]:
-    """The client for *url* and, for a cluster, how many calls may run at once (see
+) -> Redis | RedisCluster:
+    """The client for *url* (see
     :meth:`RedisStorage.from_url <mcp_cancellation.storage.redis.RedisStorage.from_url>`)."""
     if cluster or (cluster is None and is_cluster_url(url)):
         attempts = max(retries, int(timeout / 0.1))  # bounded by *timeout* anyway
-        client = cluster_from_url(
+        return cluster_from_url(
             url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
@@ -49,7 +57,6 @@ def client_from_url(
             decode_responses=False,
             **client_kwargs,
         )
-        return client, max_connections
     if is_cluster_url(url):
         raise ConfigurationError(f"{redact_url(url)!r} is a cluster URL but cluster=False")
     check_url(url)
@@ -70,7 +77,7 @@ def client_from_url(
         raise ConfigurationError(
             scrub(f"not a usable Redis URL: {redact_url(url)!r} ({exc})", [url])
         ) from None
-    return Redis.from_pool(pool), None
+    return Redis.from_pool(pool)
 
 
 #: The constructor's options (``from_url()`` gives any other to the client).
@@ -83,7 +90,6 @@ STORAGE_OPTIONS = frozenset(
         "reconnect_backoff",
         "identity",
         "eviction_chunk",
-        "max_concurrency",
         "max_wait",
         "operator",
     }
@@ -102,23 +108,17 @@ def connect(
     url: str, options: dict[str, Any], storage_options: Collection[str] = STORAGE_OPTIONS
 ) -> tuple[Redis | RedisCluster, dict[str, Any]]:
     """The client for *url* built from the client options among *options* (any option not
-    in *storage_options* goes to redis-py), and the storage options left, with
-    ``max_concurrency`` set for a cluster and ``close_client`` set: the storage made the
-    client, so it closes it."""
+    in *storage_options* goes to redis-py), and the storage options left. The storage
+    built from them owns the client, and closes it."""
     storage = {k: v for k, v in options.items() if k in storage_options}
     client_options = {**CLIENT_DEFAULTS}
     client_options.update((k, v) for k, v in options.items() if k not in storage_options)
     try:
-        client, concurrency = client_from_url(
-            url, timeout=storage.get("timeout", 5.0), **client_options
-        )
+        client = client_from_url(url, timeout=storage.get("timeout", 5.0), **client_options)
     except (ConfigurationError, ValueError, TypeError) as exc:
         # One boundary for every message a URL reaches (ours, redis-py's): no password,
         # and no chained exception that would print the URL in a traceback.
         raise ConfigurationError(scrub(exc, [url])) from None
-    if concurrency is not None:
-        storage.setdefault("max_concurrency", concurrency)
-    storage["close_client"] = True
     return client, storage
 
 

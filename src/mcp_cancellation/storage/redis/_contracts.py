@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..base import Limits
+from .._base import Limits
 from ._codec import collect_evicted, decode_reason, decode_summary, encode_reason, text, to_bytes
 
 __all__ = [

@@ -15,8 +15,8 @@ import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from ..._errors import StorageUnavailable
 from ..._extras import requires
-from ...errors import StorageUnavailable
 from .._health import Health
 
 with requires("redis", "RedisStorage"):

@@ -17,8 +17,8 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..._errors import StorageUnavailable
 from ..._extras import requires
-from ...errors import StorageUnavailable
 from .._in_flight import InFlightTokens, Row
 from ._contracts import SyncCall, SyncOp, SyncReply
 from ._home import HomeLoop
@@ -27,7 +27,7 @@ with requires("redis", "RedisStorage"):
     from redis.exceptions import ResponseError
 
 if TYPE_CHECKING:
-    from ...token import RequestToken
+    from ..._token import RequestToken
 
 __all__ = ["Journal"]
 

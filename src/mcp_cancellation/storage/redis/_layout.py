@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ..._errors import ConfigurationError
 from ..._extras import requires
-from ...errors import ConfigurationError
 
 with requires("redis", "RedisStorage"):
     from redis.asyncio import Redis

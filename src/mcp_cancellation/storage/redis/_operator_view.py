@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any, cast
 
 from ..._extras import requires
-from ..base import InFlightRequest
+from .._base import InFlightRequest
 from ._codec import decode_in_flight, flight_of, to_bytes
 
 with requires("redis", "RedisStorage"):

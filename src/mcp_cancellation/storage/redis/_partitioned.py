@@ -17,19 +17,19 @@ import zlib
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Self
 
+from ..._errors import ConfigurationError, StorageUnavailable
 from ..._extras import requires
-from ...errors import ConfigurationError, StorageUnavailable
-from ..base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
+from .._base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from ._connect import connect, table_identity
 from ._layout import check_layout, partition_prefixes
-from .storage import DEFAULT_PREFIX, RedisStorage
+from ._storage import DEFAULT_PREFIX, RedisStorage
 
 with requires("redis", "PartitionedRedisStorage"):
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
 
 if TYPE_CHECKING:
-    from ...token import RequestToken
+    from ..._token import RequestToken
 
 __all__ = ["PartitionedRedisStorage"]
 
@@ -56,14 +56,13 @@ class PartitionedRedisStorage(Storage):
         partitions: int,
         prefix: str = DEFAULT_PREFIX,
         identity: str | None = None,
-        close_client: bool = False,
         **options: Any,
     ) -> None:
         if partitions < 1:
             raise ConfigurationError("partitions must be >= 1")
         self.prefix = prefix
         self._client = client
-        self._close_client = close_client
+        self._close_client = False  # from_url's own client: closed by aclose()
         self._identity = identity if identity is not None else table_identity(client, prefix)
         self.partitions: tuple[RedisStorage, ...] = tuple(
             RedisStorage(client, prefix=part, identity=self._identity, **options)
@@ -80,8 +79,10 @@ class PartitionedRedisStorage(Storage):
     @classmethod
     def from_url(cls, url: str, *, partitions: int, **options: Any) -> Self:
         """Connect as :meth:`RedisStorage.from_url` does (the same URLs and options)."""
-        client, storage = connect(url, options)
-        return cls(client, partitions=partitions, **storage)
+        client, storage_options = connect(url, options)
+        storage = cls(client, partitions=partitions, **storage_options)
+        storage._close_client = True
+        return storage
 
     @property
     def identity(self) -> str:

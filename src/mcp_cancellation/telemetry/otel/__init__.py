@@ -18,7 +18,7 @@ convention's, and is set only where it names the message being handled:
     be that request's), ``mcp.method.name`` (``notifications/cancelled`` when it came from
     one), ``mcp_cancellation.source`` (``notification``, ``disconnect``, ``api`` or
     ``other``), ``mcp_cancellation.scope_kind``, ``mcp_cancellation.scope`` (session scopes
-    hashed), ``mcp_cancellation.reason`` (when given; sanitised and truncated). With no
+    hashed), ``mcp_cancellation._reason`` (when given; sanitised and truncated). With no
     recording span there is no trace of it (a span per cancel cost ~20 µs and a root trace
     each); the counter ``mcp_cancellation.cancelled`` counts every one.
 ``mcp_cancellation.cleanup`` (span)
@@ -39,7 +39,7 @@ convention's, and is set only where it names the message being handled:
     ``mcp_cancellation.rejected`` counts every one, traced or not.
 
 Metrics (meter ``mcp_cancellation``): exactly the catalogue of
-:mod:`mcp_cancellation.telemetry.prometheus.catalogue`, so that an OpenTelemetry Prometheus
+:mod:`mcp_cancellation.telemetry.prometheus._catalogue`, so that an OpenTelemetry Prometheus
 exporter (or a collector receiving OTLP) produces the names, label names and types the
 shipped dashboards and alerts query. Instrument ``mcp_cancellation.X`` becomes the
 Prometheus metric ``mcp_cancellation_X`` (counters ``..._total``); attributes are the
@@ -57,9 +57,6 @@ from ..._extras import requires
 with requires("otel", "The OpenTelemetry bridge (mcp_cancellation.telemetry.otel)"):
     import opentelemetry.metrics  # noqa: F401 - the bridge needs the API
 
-from . import names
-from .bridge import EVICT_EVENTS, OpenTelemetryBridge, instrument, instrumented, uninstrument
-from .names import *  # noqa: F403 - every name the bridge emits is importable from here
+from ._bridge import EVICT_EVENTS, OpenTelemetryBridge, instrument, instrumented, uninstrument
 
 __all__ = ["EVICT_EVENTS", "OpenTelemetryBridge", "instrument", "instrumented", "uninstrument"]
-__all__ += names.__all__

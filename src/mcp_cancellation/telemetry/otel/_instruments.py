@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from ..._token import OTHER_TOOL
 from ...scope import SCOPE_KINDS
-from ...storage.base import STORAGE_OPERATIONS
-from ...token import OTHER_TOOL
+from ...storage._base import STORAGE_OPERATIONS
 from .._catalogue import (
     CANCEL_TO_STOP_BUCKETS,
     METRICS,
@@ -26,7 +26,7 @@ from .._catalogue import (
     otel_name,
 )
 from .._table_state import TableState, gauge_values
-from .names import CLEANUP_BUCKETS, DURATION, UNITS
+from ._names import CLEANUP_BUCKETS, DURATION, UNITS
 
 if TYPE_CHECKING:
     from opentelemetry import metrics

@@ -43,15 +43,13 @@ own rows only with :class:`MemoryStorage`. See ``docs/metrics.md``.
 
 from __future__ import annotations
 
-from .app import MetricsApp, metrics_app
-from .bridge import PrometheusBridge
-from .catalogue import METRIC_NAMES, METRICS, MetricInfo
+from ._app import metrics_app
+from ._bridge import PrometheusBridge
+from ._catalogue import METRIC_NAMES, METRICS
 
 __all__ = [
     "METRICS",
     "METRIC_NAMES",
-    "MetricInfo",
-    "MetricsApp",
     "PrometheusBridge",
     "metrics_app",
 ]

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Final, Literal
 from ..scope import scope_kind
 
 if TYPE_CHECKING:
-    from ..token import RequestToken
+    from .._token import RequestToken
 
 __all__ = [
     "STORAGE_OPERATIONS",

@@ -9,13 +9,13 @@ from ..._asgi import Receive, Scope, Send, header, send_response, served_unless_
 from ..._extras import requires
 from ...scope import resolve_key
 from .._bridge import Setups
-from .bridge import PrometheusBridge
+from ._bridge import PrometheusBridge
 
 with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):
     from prometheus_client import CollectorRegistry
 
 if TYPE_CHECKING:
-    from ...registry import CancellationRegistry
+    from ..._registry import CancellationRegistry
 
 __all__ = ["MetricsApp", "metrics_app"]
 

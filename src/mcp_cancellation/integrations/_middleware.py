@@ -47,12 +47,12 @@ from .._asgi import (
     route_path,
 )
 from .._config import int_limit, seconds
+from .._errors import ConfigurationError, InvalidRequestId, StorageUnavailable
 from .._extras import requires
-from ..errors import ConfigurationError, InvalidRequestId, StorageUnavailable
+from .._registry import CancellationRegistry
+from .._token import OTHER_TOOL
 from ..logs import plain_beside_rich
-from ..registry import CancellationRegistry
 from ..scope import PRINCIPAL_KEY, SESSION_KEY, client_bucket, scope_of, trusted_networks
-from ..token import OTHER_TOOL
 
 if TYPE_CHECKING:
     from mcp.server.transport_security import (
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 from . import _jsonrpc
 from ._exchange import DISCONNECT_REASON, Exchange, Watchlists, replay
 from ._jsonrpc import INITIALIZE_METHOD, OTHER, TOOLS_CALL_METHOD, classify
-from ._notifications import answer_cancelled
+from ._notifications import Front, answer_cancelled
 from ._sessions import SESSION_HEADER, IssuedSessions, session_open
 from ._transport import Transport, find_transport
 
@@ -334,7 +334,10 @@ class CancellationMiddleware:
         if kind == "cancel" and _jsonrpc.is_handshake_version(
             header(scope, b"mcp-protocol-version")
         ):
-            await answer_cancelled(self, scope, receive, send, body, params)
+            # The transport first: finding it may also set the SDK app's Host/Origin check.
+            transport = self._transport or self._find_transport()
+            front = Front(self.app, self.registry, self.caller_scope, transport, self._security)
+            await answer_cancelled(front, scope, receive, send, body, params)
         elif method == INITIALIZE_METHOD:
             if self.sessions is not None and (
                 self._transport is None or self._transport.session_open("") is None

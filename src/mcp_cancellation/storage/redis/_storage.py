@@ -15,15 +15,15 @@ import uuid
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from ..._errors import ConfigurationError, StorageUnavailable
 from ..._extras import requires
 from ..._printable import printable
-from ...errors import ConfigurationError, StorageUnavailable
-from ...token import OPERATOR
+from ..._token import OPERATOR
+from .._base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from .._health import Health
-from ..base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from ._cluster import ShardSubscription, is_cluster
 from ._codec import decode_reason, member, text, to_bytes
-from ._connect import connect, table_identity
+from ._connect import cluster_concurrency, connect, table_identity
 from ._contracts import (
     AddCall,
     AddReply,
@@ -45,7 +45,7 @@ with requires("redis", "RedisStorage"):
     from redis.asyncio.cluster import RedisCluster
 
 if TYPE_CHECKING:
-    from ...token import RequestToken
+    from ..._token import RequestToken
 
 __all__ = ["DEFAULT_PREFIX", "RedisStorage"]
 
@@ -70,13 +70,16 @@ class RedisStorage(Storage):
     """Rows in Redis, shared by every worker and node that uses the same prefix.
 
     *client* is a ``redis.asyncio.Redis``, or a ``RedisCluster`` (sharded pub/sub, Redis
-    >= 7; at most *max_concurrency* calls at once, since its pool refuses a burst);
-    :meth:`from_url` builds either with sensible bounds. *timeout* caps every call,
+    >= 7; calls past its pool's size wait for a free connection here, since the cluster
+    pool refuses a burst); :meth:`from_url` builds either with sensible bounds, and the
+    storage closes a client it built (close your own). *timeout* caps every call,
     retries included; a request waits for Redis at most *max_wait* as it starts or ends
     (past it, its track reaches Redis when Redis answers, retried with
     *reconnect_backoff*). *heartbeat_ttl* is how long a silent worker keeps its rows;
     *identity* names the table in metrics (default: see :attr:`identity`);
-    *eviction_chunk* bounds the rows one script evicts (``None``: one script per batch).
+    *eviction_chunk* and *cleanup_batch* bound the rows one script evicts or expires, so
+    that no script holds Redis for more than a few milliseconds: lower them when other
+    traffic on the same Redis cannot wait that long.
     docs/deployment.md, sections 7 and 8, says more of each. An *operator* storage (the
     ``inspect`` and ``cancel`` commands) reads and cancels but never joins the table's
     workers: no listener, no heartbeat, and it tracks no request.
@@ -93,10 +96,8 @@ class RedisStorage(Storage):
         heartbeat_ttl: float = 30.0,
         cleanup_batch: int = DEFAULT_CLEANUP_BATCH,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
-        close_client: bool = False,
         identity: str | None = None,
         eviction_chunk: int | None = DEFAULT_EVICTION_CHUNK,
-        max_concurrency: int = 50,
         max_wait: float = DEFAULT_MAX_WAIT,
         operator: bool = False,
     ) -> None:
@@ -118,7 +119,7 @@ class RedisStorage(Storage):
         self.timeout = timeout
         self.heartbeat_ttl = heartbeat_ttl
         self._cleanup_batch = cleanup_batch
-        self._close_client = close_client
+        self._close_client = False  # from_url's own client: closed by aclose()
         self._bound = False
         self._used = False  # once a call was made, the worker id is fixed
         self.cluster = is_cluster(client)
@@ -129,7 +130,7 @@ class RedisStorage(Storage):
         prepare = None
         if isinstance(client, RedisCluster):
             subscription = ShardSubscription(client, self._routing_key)
-            concurrency = max_concurrency  # the cluster pool refuses one: queue it here
+            concurrency = cluster_concurrency(client)  # its pool refuses a burst: queue it
             prepare = client.initialize  # its slot map first (see _cluster.py)
         else:
             subscription = ChannelSubscription(client)
@@ -180,8 +181,10 @@ class RedisStorage(Storage):
         to ``redis.asyncio.BlockingConnectionPool.from_url`` (to ``RedisCluster`` on a
         cluster). The client is closed by :meth:`aclose`.
         """
-        client, storage = connect(url, options)
-        return cls(client, **storage)
+        client, storage_options = connect(url, options)
+        storage = cls(client, **storage_options)
+        storage._close_client = True
+        return storage
 
     # -- identity and plumbing -----------------------------------------------------------
 
@@ -401,7 +404,7 @@ class RedisStorage(Storage):
         )
 
     async def check_table(self) -> None:
-        """Raise :class:`~mcp_cancellation.errors.TableNotFound` unless a worker has
+        """Raise :class:`~mcp_cancellation._errors.TableNotFound` unless a worker has
         created this table (its prefix and partition layout), saying what the server
         holds instead. Only reads (the operator tools call it first)."""
         _, count = self.partition

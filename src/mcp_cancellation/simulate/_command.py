@@ -15,8 +15,8 @@ from types import FrameType
 from typing import Any, TextIO
 
 from .._extras import requires
+from ._config import SimulationConfig, SimulationStats
 from ._traffic import Simulation
-from .config import SimulationConfig, SimulationStats
 
 with requires("mcp", "mcp-cancellation simulate"):
     import httpx

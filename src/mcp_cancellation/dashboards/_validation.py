@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from .config import DEFAULT, DashboardConfig
+from ._config import DEFAULT, DashboardConfig
 
 __all__ = [
     "METRIC_NAME",

@@ -13,7 +13,7 @@ from opentelemetry import metrics, trace
 
 from ...__about__ import __version__
 from ...scope import SCOPE_KINDS, ScopeKind, ScopeLabeler, resolve_key, scope_kind
-from ...storage.base import Storage
+from ...storage._base import Storage
 from .._bridge import Bridge, Setups
 from .._catalogue import (
     ALL,
@@ -25,7 +25,7 @@ from .._guard import never_raise
 from .._rejections import Rejections
 from .._table_state import TableState, ignored_by_tool
 from ._instruments import instruments, join_gauge
-from .names import (
+from ._names import (
     ERROR_TYPE,
     EVENT_CANCEL,
     EVENT_EVICT,
@@ -45,7 +45,7 @@ from .names import (
 )
 
 if TYPE_CHECKING:
-    from ...registry import CancellationRegistry
+    from ..._registry import CancellationRegistry
 
 __all__ = ["EVICT_EVENTS", "OpenTelemetryBridge", "instrument", "instrumented", "uninstrument"]
 
@@ -334,7 +334,7 @@ def instrument(
     metrics. Idempotent: while instrumented, calling it again for the same registry (or
     for ``None``) returns the existing bridge; naming another provider or hash key than
     it uses raises :class:`~mcp_cancellation.ConfigurationError` (as ``metrics_app()``)."""
-    from ...registry import CancellationRegistry
+    from ..._registry import CancellationRegistry
 
     if registry is not None and not isinstance(registry, CancellationRegistry):
         raise TypeError(

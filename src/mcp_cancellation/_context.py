@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-from .token import RequestToken
+from ._token import RequestToken
 
 __all__ = ["CURRENT_REQUEST", "cancelled", "current_token", "raise_if_cancelled"]
 

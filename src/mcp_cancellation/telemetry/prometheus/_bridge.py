@@ -10,20 +10,20 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from ..._errors import ConfigurationError
 from ..._extras import requires
-from ...errors import ConfigurationError
+from ..._token import OTHER_TOOL
 from ...scope import SCOPE_KINDS, ScopeKind, ScopeLabeler, scope_kind
-from ...storage.base import STORAGE_OPERATIONS, TableSummary
-from ...token import OTHER_TOOL
+from ...storage._base import STORAGE_OPERATIONS, TableSummary
 from .._bridge import Bridge
 from .._catalogue import OPERATION_BUCKETS, OPERATION_DURATION, OPERATION_LABELS, near_quota_rows
 from .._guard import never_raise
 from .._rejections import REJECTIONS_WINDOW, Rejections
 from .._table_state import ignored_by_tool
+from ._catalogue import CANCEL_TO_STOP_BUCKETS, METRICS, OUTCOMES, PREFIX, REJECTIONS, TABLES
+from ._collector import GaugeState, StateCollector
+from ._multiprocess import MULTIPROC_ENV, HitterFiles, check_multiprocess
 from ._tally import KindChildren, KindCounter, KindTally
-from .catalogue import CANCEL_TO_STOP_BUCKETS, METRICS, OUTCOMES, PREFIX, REJECTIONS, TABLES
-from .collector import GaugeState, StateCollector
-from .multiprocess import MULTIPROC_ENV, HitterFiles, check_multiprocess
 
 with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
@@ -31,7 +31,7 @@ with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.p
     from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from ...registry import CancellationRegistry
+    from ..._registry import CancellationRegistry
 
 __all__ = ["REJECTIONS_WINDOW", "PrometheusBridge"]
 

@@ -16,11 +16,9 @@ from collections.abc import Callable, Collection, Mapping
 from itertools import islice
 from typing import TYPE_CHECKING
 
+from .._token import OPERATOR
 from ..scope import scope_kind
-from ..token import OPERATOR
-from ._in_flight import InFlightTokens
-from ._scope_table import ScopeTable
-from .base import (
+from ._base import (
     RECORDED,
     UPDATED,
     AddResult,
@@ -30,9 +28,11 @@ from .base import (
     StorageStats,
     TableSummary,
 )
+from ._in_flight import InFlightTokens
+from ._scope_table import ScopeTable
 
 if TYPE_CHECKING:
-    from ..token import RequestToken
+    from .._token import RequestToken
 
 __all__ = ["MemoryStorage"]
 

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from ..._extras import requires
 from .._table_state import TableState, gauge_values
-from .catalogue import ALL, METRICS
+from ._catalogue import ALL, METRICS
 
 with requires("prometheus", "The Prometheus bridge (mcp_cancellation.telemetry.prometheus)"):
     from prometheus_client.core import GaugeMetricFamily, Metric

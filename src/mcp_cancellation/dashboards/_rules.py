@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
 
-from .config import RUNBOOK_BASE
-from .validation import METRIC_NAME, metric_names_in
+from ._config import RUNBOOK_BASE
+from ._validation import METRIC_NAME, metric_names_in
 
 __all__ = [
     "RULES_FILE",

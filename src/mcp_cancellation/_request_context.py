@@ -15,14 +15,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
 from . import signals
+from ._context import CURRENT_REQUEST
+from ._errors import RequestCancelled, StorageUnavailable
 from ._ids import normalize_id
 from ._owners import Owner, Owners, current_owner_object
-from .context import CURRENT_REQUEST
-from .errors import RequestCancelled, StorageUnavailable
-from .token import RequestToken
+from ._token import RequestToken
 
 if TYPE_CHECKING:
-    from .storage.base import Storage
+    from .storage._base import Storage
 
 __all__ = ["RequestContext", "RequestHost"]
 

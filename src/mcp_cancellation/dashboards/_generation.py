@@ -7,9 +7,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._abusive import ABUSIVE
+from ._config import DEFAULT, SCHEMA_VERSION, DashboardConfig
 from ._overview import OVERVIEW
 from ._panels import ABUSIVE_UID, OVERVIEW_UID, Panel, Row, fill
-from .config import DEFAULT, SCHEMA_VERSION, DashboardConfig
 
 __all__ = ["DASHBOARDS", "build_dashboard", "dashboards", "render"]
 

@@ -21,11 +21,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from .._context import current_token
+from .._errors import REQUEST_CANCELLED, RequestCancelled
 from .._extras import requires
-from ..context import current_token
-from ..errors import REQUEST_CANCELLED, RequestCancelled
 
-with requires("mcp", "mcp_cancellation.integrations.mcp_sdk"):
+with requires("mcp", "The SDK helpers (mcp_cancellation.integrations)"):
     from mcp.shared.exceptions import MCPError
 
 if TYPE_CHECKING:

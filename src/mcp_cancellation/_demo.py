@@ -38,20 +38,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._asgi import ASGIApp, Receive, Scope, Send, send_response
+from ._context import current_token, raise_if_cancelled
+from ._errors import ConfigurationError
 from ._extras import requires
+from ._registry import CancellationRegistry
 from .admin import ADMIN_TOKEN_ENV, admin_app
-from .context import current_token, raise_if_cancelled
-from .errors import ConfigurationError
-from .integrations.asgi import CancellationMiddleware
-from .registry import CancellationRegistry
-from .storage.base import Storage
+from .storage._base import Storage
 
 with requires("mcp", "mcp-cancellation demo"):
     import anyio
     from mcp.server.mcpserver import Context, MCPServer
-    from mcp.server.transport_security import TransportSecuritySettings
 
-    from .integrations.mcp_sdk import cancellable, tool_names
+    from .integrations import (
+        CancellationMiddleware,
+        cancellable,
+        loopback_transport_security,
+        tool_names,
+    )
 
 __all__ = ["add_parser", "build_demo_app", "build_demo_server", "registry_from_args", "run"]
 
@@ -188,18 +191,6 @@ def build_demo_app(
     token = admin_token or os.environ.get(ADMIN_TOKEN_ENV)
     admin = admin_app(registry, token=token) if token else None
     return _Router(middleware, _metrics_app(registry, top_k), admin)
-
-
-def loopback_transport_security(host: str) -> TransportSecuritySettings | None:
-    """The DNS-rebinding protection the SDK turns on by itself for a loopback *host*,
-    built here so that the SDK app and the middleware share one instance."""
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        return None
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-    )
 
 
 def client_command(url: str) -> str:
@@ -352,7 +343,8 @@ def _storage(url: str | None, prefix: str | None) -> Storage | None:
     """The demo's storage: Redis at *url*, or ``None`` for the embedded memory storage."""
     if url is None:
         return None
-    from .storage.redis import DEFAULT_PREFIX, RedisStorage
+    from .storage.redis import RedisStorage
+    from .storage.redis._storage import DEFAULT_PREFIX
 
     return RedisStorage.from_url(url, prefix=prefix or DEFAULT_PREFIX)
 

@@ -18,22 +18,22 @@ from typing import NamedTuple
 
 from . import signals
 from ._config import UNSET, _Unset, int_limit, seconds
+from ._errors import (
+    CancellationLimitReached,
+    ConfigurationError,
+    InvalidRequestId,
+)
 from ._ids import normalize_id
 from ._janitor import Janitor
 from ._owners import Owners
 from ._quota import QUOTA_MODES, QuotaMode, QuotaOverrides, QuotaPolicy
 from ._quota import quota_mode as quota_mode_of
-from .errors import (
-    CancellationLimitReached,
-    ConfigurationError,
-    InvalidRequestId,
-)
-from .reason import MAX_REASON_CHARS, sanitize_reason
-from .request_context import RequestContext
+from ._reason import MAX_REASON_CHARS, sanitize_reason
+from ._request_context import RequestContext
+from ._token import OPERATOR, RequestToken
 from .scope import rows_by_kind
 from .storage import storage_from_environment
-from .storage.base import AddResult, InFlightRequest, Limits, Storage, StorageStats
-from .token import OPERATOR, RequestToken
+from .storage._base import AddResult, InFlightRequest, Limits, Storage, StorageStats
 
 __all__ = [
     "QUOTA_MODES",

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 from .._extras import requires
-from .config import DEFAULT, DashboardConfig
-from .generation import dashboards
-from .rules import RULES_FILE, check_rules, prometheus_rule, rules_text
-from .validation import check_dashboard, known_metric_names
+from ._config import DEFAULT, DashboardConfig
+from ._generation import dashboards
+from ._rules import RULES_FILE, check_rules, prometheus_rule, rules_text
+from ._validation import check_dashboard, known_metric_names
 
 __all__ = ["PROMETHEUS_RULE_FILE", "RULE_FORMATS", "check_directory", "export", "main"]
 

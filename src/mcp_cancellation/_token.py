@@ -7,7 +7,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Final, Literal
 
-from .errors import RequestCancelled
+from ._errors import RequestCancelled
 
 __all__ = [
     "OPERATOR",

@@ -13,7 +13,7 @@ import threading
 import uuid
 from typing import Final
 
-from ...errors import ConfigurationError
+from ..._errors import ConfigurationError
 from .._heavy_hitters import HeavyHitter, SpaceSaving
 from .._stable_top import StableTop
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import DashboardConfig
-from .export import RULE_FORMATS, export
+from ._config import DashboardConfig
+from ._export import RULE_FORMATS, export
 
 __all__ = ["add_parser", "run"]
 
