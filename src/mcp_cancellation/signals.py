@@ -40,6 +40,14 @@ signal                           keyword arguments
                                  ``error_type`` (the token's, or None);
                                  sent by the process that ran it, only when a receiver
                                  is connected (the bridges' ``mcp.server.operation.duration``)
+``task.created``                 a task was created (SEP-2663): ``task_id``, ``scope``,
+                                 ``tool`` (label-safe name); sent by the worker that runs it
+``task.ended``                   a task's work ended: ``task_id``, ``scope``, ``tool``,
+                                 ``status`` (``completed``, ``failed`` or ``cancelled``),
+                                 ``seconds`` (from its creation); sent by that worker
+``task.rejected``                a call that would have been a task ran as a plain call:
+                                 ``scope``, ``tool``, ``reason`` (``quota``, or
+                                 ``unavailable``: the task table did not answer)
 ``storage.error``                ``operation`` (one of
                                  :data:`~mcp_cancellation.storage._base.STORAGE_OPERATIONS`),
                                  ``error`` (the exception); sender: the storage
@@ -60,6 +68,9 @@ __all__ = [
     "request_ended",
     "request_stopped",
     "storage_error",
+    "task_created",
+    "task_ended",
+    "task_rejected",
 ]
 
 namespace = Namespace()
@@ -101,4 +112,10 @@ cancellation_rejected = _signal(
 storage_error = _signal(
     "storage.error",
     "A storage operation failed (the storage did not answer).",
+)
+
+task_created = _signal("task.created", "A task was created; its tool runs on this worker.")
+task_ended = _signal("task.ended", "A task's work ended (its final status).")
+task_rejected = _signal(
+    "task.rejected", "A call that could have been a task ran as a plain call (quota, storage)."
 )

@@ -27,6 +27,7 @@ from ..scope import scope_kind
 
 if TYPE_CHECKING:
     from .._token import RequestToken
+    from ._task_table import TaskTable
 
 __all__ = [
     "STORAGE_OPERATIONS",
@@ -61,6 +62,7 @@ STORAGE_OPERATIONS: Final = (
     "resync",
     "heartbeat",
     "subscribe",
+    "task",
 )
 
 
@@ -310,6 +312,12 @@ class Storage(abc.ABC):
     async def in_flight_requests(self) -> list[InFlightRequest]:
         """Every request in flight in this table, in every process that shares it (for
         operators: a read of the whole in-flight table)."""
+
+    @property
+    def task_table(self) -> TaskTable:
+        """Where this storage keeps tasks (:mod:`mcp_cancellation.tasks`), shared as its
+        rows are. A storage that keeps none raises :class:`NotImplementedError`."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no tasks")
 
     async def ping(self) -> None:  # noqa: B027 - optional hook
         """Check that the storage answers; raise

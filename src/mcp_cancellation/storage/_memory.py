@@ -30,6 +30,7 @@ from ._base import (
 )
 from ._in_flight import InFlightTokens
 from ._scope_table import ScopeTable
+from ._task_table import MemoryTaskTable
 
 if TYPE_CHECKING:
     from .._token import RequestToken
@@ -83,6 +84,12 @@ class MemoryStorage(Storage):
         self._waiting: dict[tuple[str, str], dict[int, list[object]]] = {}
         self._waiting_by_scope: dict[str, int] = {}
         self._waiters = itertools.count()
+        self._tasks = MemoryTaskTable()
+
+    @property
+    def task_table(self) -> MemoryTaskTable:
+        """This process's tasks."""
+        return self._tasks
 
     @property
     def identity(self) -> str:

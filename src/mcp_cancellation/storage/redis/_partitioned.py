@@ -14,12 +14,13 @@ import dataclasses
 import functools
 import heapq
 import zlib
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Self
 
 from ..._errors import ConfigurationError, StorageUnavailable
 from ..._extras import requires
 from .._base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
+from .._task_table import TaskRecord, TaskTable
 from ._connect import connect, table_identity
 from ._layout import check_layout, partition_prefixes
 from ._storage import DEFAULT_PREFIX, RedisStorage
@@ -72,6 +73,7 @@ class PartitionedRedisStorage(Storage):
             part._health.sender = self  # their failures are this storage's, for the bridges
             part.partition = (index, partitions)
         self._limits: dict[Limits, tuple[Limits, ...]] = {}
+        self._tasks = PartitionedTaskTable(self.partitions, self.partition_of)
         #: The partitions the last :meth:`in_flight_requests` could not read: (index,
         #: prefix, error) each.
         self.unreadable: tuple[tuple[int, str, StorageUnavailable], ...] = ()
@@ -100,6 +102,11 @@ class PartitionedRedisStorage(Storage):
     def bind(self, instance_id: str) -> None:
         for part in self.partitions:
             part.bind(instance_id)
+
+    @property
+    def task_table(self) -> TaskTable:
+        """The tasks of every partition: a task lives in its scope's partition."""
+        return self._tasks
 
     def partition_of(self, scope: str) -> RedisStorage:
         """The partition that holds *scope*'s rows."""
@@ -252,3 +259,34 @@ def _merge(parts: Collection[TableSummary], top_k: int) -> TableSummary:
         largest=tuple(largest),
         at_least=sum(part.at_least for part in parts),
     )
+
+
+class PartitionedTaskTable(TaskTable):
+    """The task tables of a partitioned table's partitions, each task in its scope's."""
+
+    def __init__(
+        self, partitions: Sequence[RedisStorage], partition_of: Callable[[str], RedisStorage]
+    ) -> None:
+        self._partitions = partitions
+        self._of = partition_of
+
+    async def create(self, record: TaskRecord, quota: int | None) -> bool:
+        return await self._of(record.scope).task_table.create(record, quota)
+
+    async def get(self, scope: str, task_id: str, dead_worker_error: str) -> TaskRecord | None:
+        return await self._of(scope).task_table.get(scope, task_id, dead_worker_error)
+
+    async def update(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
+        return await self._of(scope).task_table.update(scope, task_id, fields)
+
+    async def answer(self, scope: str, task_id: str, answers: Mapping[str, str]) -> bool:
+        return await self._of(scope).task_table.answer(scope, task_id, answers)
+
+    async def tasks(self) -> list[TaskRecord]:
+        found: list[TaskRecord] = []
+        for part in self._partitions:
+            try:
+                found.extend(await part.task_table.tasks())
+            except StorageUnavailable:
+                continue  # a partition that cannot be read lists nothing (as inspect does)
+        return found

@@ -26,7 +26,18 @@ with requires("redis", "RedisStorage"):
 __all__ = ["NAMES", "Scripts", "source"]
 
 #: The scripts, by the name the storage calls them with.
-NAMES = ("ADD", "WITHDRAW", "REMOVE", "SYNC", "SUMMARY", "CLEANUP")
+NAMES = (
+    "ADD",
+    "WITHDRAW",
+    "REMOVE",
+    "SYNC",
+    "SUMMARY",
+    "CLEANUP",
+    "TASK_CREATE",
+    "TASK_GET",
+    "TASK_SET",
+    "TASK_ANSWER",
+)
 
 
 @functools.cache

@@ -39,6 +39,7 @@ from ._layout import check_layout
 from ._operator_view import read_in_flight
 from ._push import ChannelSubscription, Push, Subscription, announce_refusal
 from ._scripts import Scripts
+from ._tasks import RedisTaskTable
 
 with requires("redis", "RedisStorage"):
     from redis.asyncio import Redis
@@ -125,6 +126,7 @@ class RedisStorage(Storage):
         self.cluster = is_cluster(client)
         self._scripts = Scripts(client, self._routing_key, sharded=self.cluster)
         self._health = Health(self, "Redis")
+        self._tasks = RedisTaskTable(self)
         subscription: Subscription
         concurrency: int | None = None  # a blocking pool queues a burst by itself
         prepare = None
@@ -206,6 +208,11 @@ class RedisStorage(Storage):
         """Whether Redis took this storage's last write (reads alone do not end an
         outage: Redis may allow them and refuse writes)."""
         return self._health.available
+
+    @property
+    def task_table(self) -> RedisTaskTable:
+        """The tasks in this table (see :mod:`mcp_cancellation.tasks`)."""
+        return self._tasks
 
     @property
     def worker_id(self) -> str:

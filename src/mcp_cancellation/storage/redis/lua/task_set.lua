@@ -1,0 +1,20 @@
+-- TASK_SET: the running task's worker writes its state. docs/architecture.md, "Tasks".
+-- KEYS[1]: P scopes (routing only).
+-- ARGV (built by _tasks.RedisTaskTable.update): 1 prefix P, 2 scope, 3 task id,
+--   4.. field, value pairs (an empty value removes an 'i:' or 'a:' field).
+-- Reply: 1 written; 0 the task is unknown or has ended (nothing written).
+local task = P .. 'task:' .. member(ARGV[2], ARGV[3])
+local status = redis.call('HGET', task, 'status')
+if not status or status == 'completed' or status == 'failed' or status == 'cancelled' then
+  return 0
+end
+for i = 4, #ARGV - 1, 2 do
+  local name, value = ARGV[i], ARGV[i + 1]
+  local kind = string.sub(name, 1, 2)
+  if value == '' and (kind == 'i:' or kind == 'a:') then
+    redis.call('HDEL', task, name)
+  else
+    redis.call('HSET', task, name, value)
+  end
+end
+return 1

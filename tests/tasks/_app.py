@@ -1,0 +1,108 @@
+"""The MCP app of the task tests: an SDK server with TasksExtension behind
+CancellationMiddleware. Its tools: ``slow_count`` (polls its cancellation, reports
+progress), ``stubborn`` (ignores it), ``ask_name`` (elicits), ``sized`` (a result of a
+given size), ``broken`` (a tool error) and ``quick`` (a plain tool, never a task).
+
+Run as ``python -m tests.tasks._app --port P --redis-url URL --prefix PREFIX`` for a
+worker process of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from typing import Any
+
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from pydantic import BaseModel
+
+from mcp_cancellation import CancellationMiddleware, CancellationRegistry, cancelled
+from mcp_cancellation.tasks import TasksExtension
+
+TASK_TOOLS = {"slow_count", "stubborn", "ask_name", "sized", "broken"}
+
+
+class Name(BaseModel):
+    name: str
+
+
+def build_tasks_app(registry: CancellationRegistry, **options: Any) -> Any:
+    options.setdefault("poll_interval", 0.05)
+    options.setdefault("kill_after", 0.5)
+    extension = TasksExtension(registry, tools=TASK_TOOLS, **options)
+    server = MCPServer("tasks", extensions=[extension])
+
+    @server.tool()
+    async def slow_count(n: int, ctx: Context, step: float = 0.02) -> str:
+        for i in range(n):
+            if cancelled():
+                return f"stopped at {i}"
+            await ctx.report_progress(i, n, f"counted {i}")
+            await asyncio.sleep(step)
+        return f"counted to {n}"
+
+    @server.tool()
+    async def stubborn(seconds: float) -> str:
+        await asyncio.sleep(seconds)  # never looks at its cancellation
+        return "done anyway"
+
+    @server.tool()
+    async def ask_name(ctx: Context) -> str:
+        answers = [await ctx.elicit("Your name?", Name), await ctx.elicit("Again?", Name)]
+        return " & ".join(a.data.name if a.action == "accept" else a.action for a in answers)
+
+    @server.tool()
+    async def sized(size: int) -> str:
+        return "x" * size
+
+    @server.tool()
+    async def broken() -> str:
+        raise ValueError("broken on purpose")
+
+    @server.tool()
+    async def quick() -> str:
+        return "quick"
+
+    app = server.streamable_http_app(stateless_http=True, json_response=True)
+    return CancellationMiddleware(
+        app, registry=registry, tools=TASK_TOOLS | {"quick"}, trusted_proxies=["127.0.0.1"]
+    )
+
+
+def main() -> None:
+    from mcp_cancellation.storage import Storage
+    from mcp_cancellation.storage.redis import PartitionedRedisStorage, RedisStorage
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--redis-url", required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--partitions", type=int, default=0)
+    parser.add_argument("--heartbeat-ttl", type=float, default=1.0)
+    parser.add_argument("--ttl", type=float, default=600.0)
+    parser.add_argument("--quota", type=int, default=3)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    options: dict[str, Any] = {"prefix": args.prefix, "heartbeat_ttl": args.heartbeat_ttl}
+    storage: Storage
+    if args.partitions:
+        storage = PartitionedRedisStorage.from_url(
+            args.redis_url, partitions=args.partitions, **options
+        )
+    else:
+        storage = RedisStorage.from_url(args.redis_url, **options)
+    registry = CancellationRegistry(storage, janitor_interval=0.5)
+    uvicorn.run(
+        build_tasks_app(registry, ttl=args.ttl, max_tasks_per_scope=args.quota),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        lifespan="on",
+        timeout_keep_alive=30,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Servers for the task tests: real uvicorn workers with TasksExtension, as subprocesses
+on a shared Redis (``tests/tasks/_app.py``), or one in-process server on memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import httpx
+
+from ..jsonrpc import MODERN
+from ..support import ServerLog, project_root, start_on_free_port, stop_process
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+HEADERS = {
+    "accept": "application/json, text/event-stream",
+    "content-type": "application/json",
+    "mcp-protocol-version": MODERN,
+}
+
+
+def _answers(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/", timeout=1).status_code > 0
+    except httpx.TransportError:
+        return False
+
+
+class TaskWorker:
+    """A uvicorn worker subprocess serving ``tests/tasks/_app.py`` on a free port."""
+
+    def __init__(self, redis_url: str, prefix: str, **options: float) -> None:
+        self.log = tempfile.NamedTemporaryFile(prefix="tasks-", suffix=".log", delete=False)  # noqa: SIM115
+        self.server_log = ServerLog("tasks worker", self.log.name)
+        extra: list[str] = []
+        for name, value in options.items():
+            extra += [f"--{name.replace('_', '-')}", str(value)]
+
+        def spawn(port: int) -> subprocess.Popen[bytes]:
+            command = [sys.executable, "-m", "tests.tasks._app", "--port", str(port)]
+            command += ["--redis-url", redis_url, "--prefix", prefix, *extra]
+            return subprocess.Popen(
+                command, cwd=project_root(), stdout=self.log, stderr=subprocess.STDOUT
+            )
+
+        self.port, self.process = start_on_free_port(spawn, _answers, self.server_log)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        stop_process(self.process)
+        self.log.close()
+        self.server_log.keep()
+        os.unlink(self.log.name)
+
+
+class Caller:
+    """A raw JSON-RPC client of the tasks extension, at one address (its scope:
+    ``ip:<address>``, the servers trusting the loopback proxy)."""
+
+    def __init__(self, http: httpx.AsyncClient, address: str, *, declare: bool = True) -> None:
+        self.http = http
+        self.address = address
+        self.declare = declare
+        self._ids = iter(range(1, 1_000_000))
+
+    async def post(self, url: str, method: str, params: dict[str, Any]) -> httpx.Response:
+        capabilities: dict[str, Any] = {"extensions": {EXTENSION: {}}} if self.declare else {}
+        meta = {
+            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
+        }
+        body = {
+            "jsonrpc": "2.0",
+            "id": next(self._ids),
+            "method": method,
+            "params": {**params, "_meta": meta},
+        }
+        headers = {**HEADERS, "mcp-method": method, "x-forwarded-for": self.address}
+        if method == "tools/call":
+            headers["mcp-name"] = params["name"]
+        return await self.http.post(f"{url}/mcp", json=body, headers=headers)
+
+    async def rpc(self, url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The JSON-RPC answer (never an HTTP 5xx)."""
+        response = await self.post(url, method, params)
+        assert response.status_code < 500, response.text
+        message: dict[str, Any] = response.json()
+        return message
+
+    async def create(self, url: str, tool: str, arguments: dict[str, Any]) -> str:
+        answer = await self.rpc(url, "tools/call", {"name": tool, "arguments": arguments})
+        result = answer["result"]
+        assert result["resultType"] == "task", answer
+        task_id: str = result["taskId"]
+        return task_id
+
+    async def get(self, url: str, task_id: str) -> dict[str, Any]:
+        answer = await self.rpc(url, "tasks/get", {"taskId": task_id})
+        assert "result" in answer, answer
+        result: dict[str, Any] = answer["result"]
+        return result
