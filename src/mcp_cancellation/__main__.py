@@ -32,7 +32,7 @@ SUBCOMMANDS = {
     ),
     "inspect": (
         "._operator_cli:add_inspect_parser",
-        "list the requests in flight, across every worker",
+        "list the requests in flight and the tasks, across every worker",
     ),
     "cancel": (
         "._operator_cli:add_cancel_parser",

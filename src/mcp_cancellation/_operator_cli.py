@@ -66,8 +66,9 @@ def _source_options(parser: argparse.ArgumentParser) -> None:
 def add_inspect_parser(subparsers: Any) -> None:
     inspect = subparsers.add_parser(
         "inspect",
-        help="list the requests in flight, across every worker",
-        description="List the requests in flight across every worker, oldest first.",
+        help="list the requests in flight and the tasks, across every worker",
+        description="List the requests in flight and the tasks kept (running or ended) "
+        "across every worker, oldest first.",
     )
     _source_options(inspect)
     inspect.add_argument(
@@ -266,14 +267,16 @@ def _print(args: argparse.Namespace, document: dict[str, list[dict[str, Any]]]) 
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
-    head = ("AGE", "SCOPE", "ID", "TOOL", "WORKER", "CANCELLED")
+    head = ("AGE", "KIND", "SCOPE", "ID", "TOOL", "WORKER", "STATUS", "CANCELLED")
     table = [
         (
             f"{row['age']:.1f}s",
+            printable(row.get("kind", "request")),
             printable(row["scope"]),
             printable(row["id"]),
             printable(row["tool"] or "-"),
             printable(row["worker"]) + ("" if row.get("worker_alive", True) else " (gone)"),
+            printable(row.get("status") or "-"),
             ("yes: " + printable(row["reason"] or "no reason")) if row["cancelled"] else "no",
         )
         for row in rows

@@ -35,6 +35,7 @@ from .scope import ScopeLabeler, scope_kind
 if TYPE_CHECKING:
     from ._registry import CancellationRegistry
     from .storage._base import InFlightRequest
+    from .storage._task_table import TaskRecord
 
 __all__ = [
     "AdminApp",
@@ -67,6 +68,11 @@ class RequestView:
     #: Whether the worker running it is alive: a dead worker's call cannot be stopped
     #: (its row goes with the next cleanup).
     worker_alive: bool = True
+    #: ``request``, or ``task`` (SEP-2663: ``id`` is its task id).
+    kind: str = "request"
+    #: A task's status (``working``, ``input_required``, ``completed``, ...); ``None``
+    #: for a request.
+    status: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,14 +104,14 @@ def _views(
 
 
 def _selected(
-    pairs: list[tuple[RequestView, InFlightRequest]],
+    pairs: list[tuple[RequestView, Any]],
     *,
     scope: str | None,
     kind: str | None,
     tool: str | None,
     min_age: float | None,
     request_id: str | None = None,
-) -> list[tuple[RequestView, InFlightRequest]]:
+) -> list[tuple[RequestView, Any]]:
     return [
         (view, request)
         for view, request in pairs
@@ -126,11 +132,47 @@ async def list_requests(
     min_age: float | None = None,
     hash_key: str | bytes | None = None,
 ) -> list[RequestView]:
-    """The requests in flight, oldest first, filtered by scope (as the dashboards show
-    it), scope kind, tool and minimum age (seconds)."""
-    pairs = _views(await registry.requests(), ScopeLabeler(hash_key))
-    chosen = _selected(pairs, scope=scope, kind=kind, tool=tool, min_age=min_age)
-    return [view for view, _ in chosen]
+    """The requests in flight and the tasks kept (SEP-2663: ``kind`` ``task``, running
+    or ended), oldest first, filtered by scope (as the dashboards show it), scope kind,
+    tool and minimum age (seconds)."""
+    labeler = ScopeLabeler(hash_key)
+    tasks = await _tasks(registry)
+    pairs = _views(await registry.requests(), labeler)
+    views = []
+    for view, request in _selected(pairs, scope=scope, kind=kind, tool=tool, min_age=min_age):
+        record = tasks.pop((request.scope, request.request_id), None)
+        if record is not None:
+            view = dataclasses.replace(view, kind="task", status=record.status)
+        views.append(view)
+    now_ms = time.time() * 1000
+    for record in tasks.values():  # ended, or of a worker that is gone
+        view = RequestView(
+            scope=labeler(record.scope),
+            scope_kind=scope_kind(record.scope),
+            id=record.task_id,
+            tool=record.tool,
+            age=round(max(0.0, (now_ms - record.created_ms) / 1000), 3),
+            worker=record.worker,
+            cancelled=record.status == "cancelled",
+            reason=None,
+            worker_alive=record.status not in ("working", "input_required"),
+            kind="task",
+            status=record.status,
+        )
+        if _selected([(view, None)], scope=scope, kind=kind, tool=tool, min_age=min_age):
+            views.append(view)
+    views.sort(key=lambda v: -v.age)
+    return views
+
+
+async def _tasks(registry: CancellationRegistry) -> dict[tuple[str, str], TaskRecord]:
+    """The tasks the registry's storage keeps, by (scope, task id); none when it keeps
+    no tasks or cannot list them."""
+    try:
+        records = await registry.storage.task_table.tasks()
+    except (NotImplementedError, StorageUnavailable):
+        return {}
+    return {(r.scope, r.task_id): r for r in records}
 
 
 async def cancel_requests(

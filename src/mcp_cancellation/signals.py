@@ -44,7 +44,9 @@ signal                           keyword arguments
                                  ``tool`` (label-safe name); sent by the worker that runs it
 ``task.ended``                   a task's work ended: ``task_id``, ``scope``, ``tool``,
                                  ``status`` (``completed``, ``failed`` or ``cancelled``),
-                                 ``seconds`` (from its creation); sent by that worker
+                                 ``seconds`` (from its creation); sent by that worker, or
+                                 (``orphaned=True``, ``failed``) by the worker whose
+                                 ``tasks/get`` found that worker dead
 ``task.rejected``                a call that would have been a task ran as a plain call:
                                  ``scope``, ``tool``, ``reason`` (``quota``, or
                                  ``unavailable``: the task table did not answer)

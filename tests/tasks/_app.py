@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, cancelled
 from mcp_cancellation.tasks import TasksExtension
+from mcp_cancellation.telemetry import metrics_app
 
 TASK_TOOLS = {"slow_count", "stubborn", "ask_name", "sized", "broken"}
 
@@ -66,9 +67,18 @@ def build_tasks_app(registry: CancellationRegistry, **options: Any) -> Any:
         return "quick"
 
     app = server.streamable_http_app(stateless_http=True, json_response=True)
-    return CancellationMiddleware(
+    middleware = CancellationMiddleware(
         app, registry=registry, tools=TASK_TOOLS | {"quick"}, trusted_proxies=["127.0.0.1"]
     )
+    metrics = metrics_app(registry)
+
+    async def route(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] == "/metrics":
+            await metrics(scope, receive, send)
+        else:
+            await middleware(scope, receive, send)
+
+    return route
 
 
 def main() -> None:

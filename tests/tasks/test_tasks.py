@@ -228,7 +228,7 @@ async def test_bad_task_ids_get_invalid_params_on_every_method(
     a, _ = servers
     caller = Caller(http, address())
     for method in ("tasks/get", "tasks/cancel", "tasks/update"):
-        extra = {"inputResponses": {}} if method == "tasks/update" else {}
+        extra: dict[str, Any] = {"inputResponses": {}} if method == "tasks/update" else {}
         answer = await caller.rpc(a, method, {**params, **extra})
         assert answer["error"]["code"] == -32602, (method, answer)
 
@@ -391,3 +391,63 @@ async def test_a_task_is_gone_after_its_ttl_on_redis(
             await caller.create(worker.url, "sized", {"size": 1})
     finally:
         worker.stop()
+
+
+async def test_metrics_count_tasks_by_tool_and_status_and_task_rejections_by_scope(
+    servers: tuple[str, str], http: httpx.AsyncClient
+) -> None:
+    a, b = servers
+    caller = Caller(http, address())
+    before = await _scrape(http, a)
+    done = await caller.create(a, "sized", {"size": 1})
+    await until_status(caller, b, done, {"completed"})
+    held = [await caller.create(a, "stubborn", {"seconds": 60}) for _ in range(QUOTA - 1)]
+    await caller.rpc(a, "tools/call", {"name": "sized", "arguments": {"size": 1}})  # refused
+    for task_id in held:
+        await caller.rpc(b, "tasks/cancel", {"taskId": task_id})
+    for task_id in held:
+        await until_status(caller, b, task_id, {"cancelled"})
+
+    async def counted() -> bool:
+        after = await _scrape(http, a)
+        return (
+            _delta(before, after, 'tasks_ended_total{status="completed",tool="sized"}') == 1
+            and _delta(before, after, 'tasks_ended_total{status="cancelled",tool="stubborn"}')
+            == QUOTA - 1
+        )
+
+    await async_wait_until(counted, within=10)
+    await caller.get(a, done)
+    after = await _scrape(http, a)
+    assert _delta(before, after, 'tasks_created_total{tool="sized"}') == 1
+    assert _delta(before, after, 'tasks_rejected_total{reason="quota",scope_kind="ip"}') == 1
+    assert f'reason="task_quota",scope="ip:{caller.address}"' in after  # the abusive scope
+    assert 'mcp_cancellation_task_duration_seconds_count{status="cancelled",tool="stubborn"}' in (
+        after
+    )
+    assert 'mcp_cancellation_tasks_running{tool="stubborn"} 0.0' in after
+    # tasks/get is on the standard MCP metric, under its own method name.
+    assert 'mcp_method_name="tasks/get"' in after
+
+
+async def _scrape(http: httpx.AsyncClient, url: str) -> str:
+    response = await http.get(f"{url}/metrics")
+    assert response.status_code == 200
+    return response.text
+
+
+def _value(text: str, series: str) -> float:
+    name, _, labels = series.partition("{")
+    wanted = set(labels.rstrip("}").split(",")) if labels else set()
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith("mcp_cancellation_" + name + "{"):
+            continue
+        got = set(line[line.index("{") + 1 : line.rindex("}")].split(","))
+        if wanted <= got:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _delta(before: str, after: str, series: str) -> float:
+    return _value(after, series) - _value(before, series)

@@ -22,6 +22,7 @@ from mcp_cancellation import (
     CancellationLimitReached,
     CancellationRegistry,
     InvalidRequestId,
+    signals,
 )
 from mcp_cancellation._asgi import serve_lifespan
 from mcp_cancellation.dashboards._generation import DASHBOARDS
@@ -88,6 +89,19 @@ async def test_otel_exporter_matches_prometheus_client(redis_server: Any) -> Non
         async with registry.request(11, "principal:carol", tool="stubborn") as token:
             await registry.cancel_in_flight(11, None, "principal:carol")
             await async_wait_until(lambda: token in registry.ignoring(), within=10)
+        # Tasks, as TasksExtension reports them: two ended, one running, one refused.
+        for task_id, status in (("t1", "completed"), ("t2", "failed"), ("t3", None)):
+            signals.task_created.send(registry, task_id=task_id, scope="ip:192.0.2.9", tool="slow")
+            if status is not None:
+                signals.task_ended.send(
+                    registry,
+                    task_id=task_id,
+                    scope="ip:192.0.2.9",
+                    tool="slow",
+                    status=status,
+                    seconds=1.5,
+                )
+        signals.task_rejected.send(registry, scope="ip:192.0.2.9", tool="slow", reason="quota")
         with (
             UvicornThread(prometheus_path) as a,
             UvicornThread(otel_path) as b,

@@ -13,7 +13,7 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from mcp_cancellation import CancellationLimitReached, CancellationRegistry
+from mcp_cancellation import CancellationLimitReached, CancellationRegistry, signals
 from mcp_cancellation.telemetry import otel
 from mcp_cancellation.telemetry.otel import _names as otel_names
 
@@ -47,6 +47,17 @@ async def test_spans_and_metrics_arrive_over_otlp_http(receiver: Receiver) -> No
             async with registry.request(7, "ip:192.0.2.9", tool="stubborn") as token:
                 await registry.cancel_in_flight(7, None, "ip:192.0.2.9")
                 await async_wait_until(lambda: token in registry.ignoring(), within=10)
+            # A task created in this request (as TasksExtension reports one).
+            signals.task_created.send(registry, task_id="t1", scope="ip:192.0.2.9", tool="slow")
+        # ... whose work ends later: its span links to the request that created it.
+        signals.task_ended.send(
+            registry,
+            task_id="t1",
+            scope="ip:192.0.2.9",
+            tool="slow",
+            status="completed",
+            seconds=2.0,
+        )
         # A pass that removes only a dead owner's in-flight row (the table keeps its
         # cancellation rows; a pass that removes nothing exports no span).
         await asyncio.create_task(registry.track(9, "ip:192.0.2.50"))

@@ -154,9 +154,9 @@ async def test_flood_from_100k_addresses_keeps_series_bounded(make_registry: Mak
     with UvicornThread(app) as server:
         text = await scrape(server.url)
     parsed = samples(text)
-    # Fixed bound: 39 counter series (+39 _created), 5+5 kind gauges, 2 limits, storage_up,
-    # 2*K scopes.
-    assert len(parsed) <= 2 * 39 + 10 + 2 + 1 + 2 * top_k
+    # Fixed bound: 53 counter series (+53 _created; 14 of them tasks'), 5+5 kind gauges,
+    # 2 limits, storage_up, tasks_running, 2*K scopes.
+    assert len(parsed) <= 2 * 53 + 10 + 2 + 1 + 1 + 2 * top_k
     assert len(series(parsed, P + "scope_rows")) <= top_k
     rejections = series(parsed, P + "scope_rejections")
     # Only the offender is certainly among the top K: no flood address is exported.
@@ -344,6 +344,11 @@ async def test_exposition_matches_metric_names(make_registry: MakeRegistry) -> N
     async with registry.request(2, "ip:192.0.2.1") as token:  # a cancelled request ends
         await registry.cancel_in_flight(2, None, "ip:192.0.2.1")
         assert token.cancelled
+    # A task, as TasksExtension reports one: created, then ended.
+    signals.task_created.send(registry, task_id="t", scope="ip:192.0.2.1", tool=None)
+    signals.task_ended.send(
+        registry, task_id="t", scope="ip:192.0.2.1", tool=None, status="failed", seconds=3.0
+    )
     body, _ = await app.bridge.render()
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     exported = set()

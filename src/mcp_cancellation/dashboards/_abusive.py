@@ -79,7 +79,8 @@ ABUSIVE: tuple[Panel | Row, ...] = (
     Panel(
         "bargauge",
         "Top rejected scopes",
-        "Scopes with the most rejected cancellations since each process started, by reason, "
+        "Scopes with the most rejections since each process started, by reason (quota, "
+        "invalid_request_id: cancellations; task_quota: calls that could not be tasks), "
         "from a bounded heavy-hitters summary (counts are upper bounds; only scopes certainly "
         "among the top K are exported, so a flood from many addresses cannot add series).",
         "short",
@@ -106,5 +107,21 @@ ABUSIVE: tuple[Panel | Row, ...] = (
         ),
         no_value="No rejections",
         links=TO_OVERVIEW,
+    ),
+    Panel(
+        "timeseries",
+        "Task rejections by scope kind",
+        "Calls that could have been tasks and ran as plain calls, per second, by scope kind "
+        "and reason: quota (the scope holds max_tasks_per_scope tasks) or unavailable (the "
+        "task table did not answer). The scopes themselves are in Top rejected scopes "
+        "(task_quota).",
+        "ops",
+        (
+            Target(
+                f"sum by (scope_kind, reason) (rate({metric('tasks_rejected_total')}[{RATE}]))",
+                "{{scope_kind}} {{reason}}",
+            ),
+        ),
+        no_value="No task rejections",
     ),
 )

@@ -27,6 +27,8 @@ TO_ABUSIVE = (("Abusive scopes", ABUSIVE_UID),)
 #: Matchers of cancelled and completed calls in the standard MCP server metric.
 CANCELLED = 'error_type="cancelled"'
 COMPLETED = 'error_type=""'
+#: Matcher of the failed tasks.
+FAILED = 'status="failed"'
 
 
 OVERVIEW: tuple[Panel | Row, ...] = (
@@ -395,5 +397,76 @@ OVERVIEW: tuple[Panel | Row, ...] = (
             ),
         ),
         no_value="None",
+    ),
+    Row("Tasks"),
+    Panel(
+        "timeseries",
+        "Tasks created and ended per second",
+        "Tasks (SEP-2663) created, and ended by final status, per second, all tools.",
+        "ops",
+        (
+            Target(f"sum(rate({metric('tasks_created_total')}[{RATE}]))", "created"),
+            Target(
+                f"sum by (status) (rate({metric('tasks_ended_total')}[{RATE}]))",
+                "{{status}}",
+            ),
+        ),
+        w=8,
+        no_value="No task",
+    ),
+    Panel(
+        "timeseries",
+        "Tasks running by tool",
+        "Tasks whose tool runs now, by tool, summed over the processes that run them.",
+        "short",
+        (Target(f"sum by (tool) ({metric('tasks_running')})", "{{tool}}"),),
+        w=8,
+        no_value="No task",
+    ),
+    Panel(
+        "timeseries",
+        "Task duration (p95) by tool",
+        "How long tasks ran from creation to their end, by tool (the 95th percentile).",
+        "s",
+        (
+            Target(
+                "histogram_quantile(0.95, sum by (le, tool) "
+                f"(rate({metric('task_duration_seconds_bucket')}[{RATE}])))",
+                "{{tool}}",
+            ),
+        ),
+        w=8,
+        no_value="No task ended",
+    ),
+    Panel(
+        "timeseries",
+        "Calls refused as tasks",
+        "Calls that ran as plain calls because their scope held its task quota, or the task "
+        "table did not answer, per second (the scopes: Abusive scopes).",
+        "ops",
+        (
+            Target(
+                f"sum by (reason) (rate({metric('tasks_rejected_total')}[{RATE}]))",
+                "{{reason}}",
+            ),
+        ),
+        no_value="None",
+        links=TO_ABUSIVE,
+    ),
+    Panel(
+        "timeseries",
+        "Share of tasks failing",
+        "Failed tasks against every ended task, by tool (a worker that died, an error, a "
+        "result over max_result_bytes).",
+        "percentunit",
+        (
+            Target(
+                f"sum by (tool) (rate({metric('tasks_ended_total', FAILED)}[{RATE}])) "
+                f"/ sum by (tool) (rate({metric('tasks_ended_total')}[{RATE}]))",
+                "{{tool}}",
+            ),
+        ),
+        max=1,
+        no_value="No task ended",
     ),
 )

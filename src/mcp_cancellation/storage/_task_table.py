@@ -60,6 +60,9 @@ class TaskRecord:
     inputs: Mapping[str, str] = field(default_factory=dict)
     #: key -> encoded answer, once a ``tasks/update`` gave one.
     answers: Mapping[str, str] = field(default_factory=dict)
+    #: Set on the record a :meth:`TaskTable.get` returns when that read ended the task,
+    #: its worker being dead (the reader reports the end: nobody else will).
+    orphaned: bool = False
 
     def fields(self) -> dict[str, str]:
         """The record as the table's string fields."""

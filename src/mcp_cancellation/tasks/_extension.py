@@ -24,7 +24,7 @@ from .._config import int_limit, seconds
 from .._context import current_token
 from .._errors import CancellationLimitReached, ConfigurationError, StorageUnavailable
 from .._extras import requires
-from ..signals import task_created, task_rejected
+from ..signals import task_created, task_ended, task_rejected
 from ..storage._task_table import ACTIVE, TaskRecord, TaskTable
 from ._run import TaskRun, now_ms
 
@@ -262,6 +262,19 @@ class TasksExtension(Extension):
             raise MCPError(INTERNAL_ERROR, _UNAVAILABLE) from exc
         if record is None:
             raise MCPError(INVALID_PARAMS, _UNKNOWN)
+        if record.orphaned and task_ended.receivers:
+            # This read ended the task of a dead worker: nobody else reports its end.
+            tool = record.tool if record.tool in self.task_tools else None
+            seconds = max(0.0, (now_ms() - record.created_ms) / 1000)
+            task_ended.send(
+                self.registry,
+                task_id=record.task_id,
+                scope=record.scope,
+                tool=tool,
+                status="failed",
+                seconds=seconds,
+                orphaned=True,
+            )
         return record
 
 

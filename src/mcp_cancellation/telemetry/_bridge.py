@@ -23,7 +23,7 @@ from .. import signals
 from .._errors import ConfigurationError
 from .._token import OTHER_TOOL
 from ..scope import ScopeKind, scope_kind
-from ._catalogue import operation_labels
+from ._catalogue import TASK_REJECT_REASONS, TASK_STATUSES, operation_labels
 from ._guard import disconnect_all, never_raise
 
 if TYPE_CHECKING:
@@ -53,6 +53,8 @@ class Bridge:
     """
 
     def __init__(self, registry: CancellationRegistry | None) -> None:
+        self._tasks_lock = threading.Lock()
+        self._running_tasks: dict[str, int] = {OTHER_TOOL: 0}
         self._registry_ref = weakref.ref(registry) if registry is not None else None
         self._install_lock = threading.Lock()
         self._installed = False
@@ -83,6 +85,9 @@ class Bridge:
             (signals.cancellation_evicted_batch, self._on_evicted),
             (signals.cancellation_cleanup, self._on_cleanup),
             (signals.storage_error, self._on_storage_error),
+            (signals.task_created, self._on_task_created),
+            (signals.task_ended, self._on_task_ended),
+            (signals.task_rejected, self._on_task_rejected),
         ]
 
     def _attach(self) -> None:
@@ -137,6 +142,63 @@ class Bridge:
         """A request ended after *seconds*: *labels* are its bounded
         ``mcp.server.operation.duration`` values (see ``_catalogue.OPERATION_LABELS``;
         the third, ``error.type``, is empty when it succeeded)."""
+        raise NotImplementedError
+
+    # -- tasks (counted by the worker that runs each) -----------------------------------
+
+    @property
+    def tasks_running(self) -> dict[str, int]:
+        """Tasks whose tool runs in this process now, by tool label (from the signals)."""
+        with self._tasks_lock:
+            return dict(self._running_tasks)
+
+    @never_raise
+    def _on_task_created(
+        self, sender: object, *, task_id: str, tool: str | None = None, **_: object
+    ) -> None:
+        if self._skips(sender):
+            return
+        label = tool or OTHER_TOOL
+        with self._tasks_lock:
+            self._running_tasks[label] = self._running_tasks.get(label, 0) + 1
+        self._task_created(task_id, label)
+
+    @never_raise
+    def _on_task_ended(
+        self,
+        sender: object,
+        *,
+        task_id: str,
+        status: str,
+        seconds: float,
+        tool: str | None = None,
+        orphaned: bool = False,
+        **_: object,
+    ) -> None:
+        if self._skips(sender):
+            return
+        label = tool or OTHER_TOOL
+        if not orphaned:  # an orphan ran in a process that died, not in this one
+            with self._tasks_lock:
+                left = self._running_tasks.get(label, 0) - 1
+                self._running_tasks[label] = max(0, left)
+        if status in TASK_STATUSES:
+            self._task_ended(task_id, label, status, seconds)
+
+    @never_raise
+    def _on_task_rejected(self, sender: object, *, scope: str, reason: str, **_: object) -> None:
+        if not self._skips(sender) and reason in TASK_REJECT_REASONS:
+            self._task_rejected(scope, reason)
+
+    def _task_created(self, task_id: str, tool: str) -> None:
+        """A task of *tool* was created; its work runs in this process."""
+
+    def _task_ended(self, task_id: str, tool: str, status: str, seconds: float) -> None:
+        """A task's work ended with *status*, *seconds* after its creation."""
+        raise NotImplementedError
+
+    def _task_rejected(self, scope: str, reason: str) -> None:
+        """A call of *scope* could not be a task (*reason*) and ran as a plain call."""
         raise NotImplementedError
 
     def _on_registry_collected(self) -> Callable[[], None] | None:

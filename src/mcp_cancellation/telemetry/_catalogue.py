@@ -27,6 +27,10 @@ __all__ = [
     "REJECT_REASONS",
     "SERIES",
     "TABLES",
+    "TASK_BUCKETS",
+    "TASK_QUOTA",
+    "TASK_REJECT_REASONS",
+    "TASK_STATUSES",
     "TABLE_STATE",
     "MetricInfo",
     "OPERATION_BUCKETS",
@@ -169,9 +173,43 @@ ALL: tuple[MetricInfo, ...] = (
         PREFIX + "scope_rejections",
         "gauge",
         ("scope", "reason"),
-        "Rejections since start of the most rejected scopes, by reason (Space-Saving "
-        "estimate, an upper bound; only scopes certainly among the top K, at most K new "
-        "ones per 2 minutes; session scopes hashed).",
+        "Rejections since start of the most rejected scopes, by reason (quota and "
+        "invalid_request_id: cancellations; task_quota: calls that could not be tasks) "
+        "(Space-Saving estimate, an upper bound; only scopes certainly among the top K, at "
+        "most K new ones per 2 minutes; session scopes hashed).",
+    ),
+    # Tasks (SEP-2663), counted by the worker that runs each.
+    MetricInfo(
+        PREFIX + "tasks_created_total",
+        "counter",
+        ("tool",),
+        "Tasks created, by tool (registered names, else other).",
+    ),
+    MetricInfo(
+        PREFIX + "tasks_ended_total",
+        "counter",
+        ("tool", "status"),
+        "Tasks whose work ended, by tool and final status (completed, failed, cancelled).",
+    ),
+    MetricInfo(
+        PREFIX + "tasks_rejected_total",
+        "counter",
+        ("scope_kind", "reason"),
+        "Calls that could have been tasks and ran as plain calls: reason is quota (the "
+        "scope holds max_tasks_per_scope tasks) or unavailable (the task table did not "
+        "answer).",
+    ),
+    MetricInfo(
+        PREFIX + "tasks_running",
+        "gauge",
+        ("tool",),
+        "Tasks whose tool runs in this process now, by tool.",
+    ),
+    MetricInfo(
+        PREFIX + "task_duration_seconds",
+        "histogram",
+        ("tool", "status"),
+        "Seconds from a task's creation to the end of its work, by tool and final status.",
     ),
 )
 
@@ -199,6 +237,12 @@ REJECT_REASONS: Final = ("quota", "invalid_request_id")
 #: The ``(reason, mode)`` pairs of ``rejected_total``: an invalid id is always refused, a
 #: quota rejection is enforced or (shadow mode) only counted.
 REJECTIONS: Final = (("quota", "enforce"), ("quota", "shadow"), ("invalid_request_id", "enforce"))
+#: A task's final statuses (``status`` of ``tasks_ended_total``).
+TASK_STATUSES: Final = ("completed", "failed", "cancelled")
+#: Values of the ``reason`` label of ``tasks_rejected_total``.
+TASK_REJECT_REASONS: Final = ("quota", "unavailable")
+#: The ``scope_rejections`` reason of a scope's call refused as a task by its quota.
+TASK_QUOTA: Final = "task_quota"
 #: The share of its quota at which a scope counts as near it (``scopes_near_quota``).
 NEAR_QUOTA: Final = 0.8
 
@@ -218,6 +262,8 @@ OUTCOMES: Final = ("stopped", "killed", "completed")
 #: tens of milliseconds, a kill comes after ``stream_cancel_timeout`` (10 s by default),
 #: and work that ignores its cancellation may run for minutes.
 CANCEL_TO_STOP_BUCKETS: Final = (*one_two_five(0.01, 10.0), 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+#: Bucket bounds (seconds) of ``task_duration_seconds``: from a quick task to an hour.
+TASK_BUCKETS: Final = (*one_two_five(0.1, 1000.0), 1800.0, 3600.0)
 #: The gauges that describe the (possibly shared) table, labelled with ``storage``.
 TABLE_STATE: Final = frozenset(
     PREFIX + n
@@ -299,9 +345,10 @@ _METHODS: Final = frozenset(
         "completion/complete",
         "logging/setLevel",
         "tasks/get",
+        "tasks/update",
+        "tasks/cancel",
         "tasks/list",
         "tasks/result",
-        "tasks/cancel",
     }
 )
 

@@ -51,6 +51,8 @@ class TableState:
     #: Requests of this process running past ``cancel_grace`` after their cancellation,
     #: by tool label.
     ignored: Mapping[str, int] = field(default_factory=dict)
+    #: Tasks whose tool runs in this process, by tool label.
+    tasks_running: Mapping[str, int] = field(default_factory=dict)
 
 
 def ignored_by_tool(registry: CancellationRegistry) -> dict[str, int]:
@@ -81,6 +83,8 @@ def gauge_values(state: TableState) -> Iterator[GaugeValues]:
         points.append(((label, reason), float(entry.estimate)))
     yield PREFIX + "scope_rejections", points
     yield PREFIX + "ignored_cancellations", [((t,), float(n)) for t, n in state.ignored.items()]
+    running = state.tasks_running
+    yield PREFIX + "tasks_running", [((t,), float(n)) for t, n in running.items()]
 
 
 def _row_gauges(

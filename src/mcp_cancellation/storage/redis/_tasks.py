@@ -10,6 +10,7 @@ Each call is one script run: one round trip.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -61,7 +62,9 @@ class RedisTaskTable(TaskTable):
         reply = await self._storage._run("TASK_GET", argv, "task")
         if not reply:
             return None
-        return TaskRecord.from_fields(scope, task_id, _pairs(reply))
+        ended, fields = reply
+        record = TaskRecord.from_fields(scope, task_id, _pairs(fields))
+        return dataclasses.replace(record, orphaned=True) if ended else record
 
     async def update(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
         argv: list[bytes | str] = [self._storage._prefix, scope, task_id, *_flat(fields)]

@@ -19,6 +19,7 @@ from .._catalogue import (
     ALL,
     OPERATION_LABELS,
     OUTCOMES,
+    TASK_QUOTA,
     near_quota_rows,
 )
 from .._guard import never_raise
@@ -42,6 +43,10 @@ from ._names import (
     SOURCE,
     SPAN_CANCEL,
     SPAN_CLEANUP,
+    SPAN_TASK,
+    TASK_ID,
+    TASK_STATUS,
+    TOOL_NAME,
 )
 
 if TYPE_CHECKING:
@@ -56,6 +61,8 @@ _STOP_ATTRIBUTES: Final = {
     for kind in SCOPE_KINDS
     for outcome in OUTCOMES
 }
+#: The most creating requests' span contexts kept for the links of running tasks' spans.
+_MAX_LINKS = 10_000
 #: How long one collection's table state is reused by the other gauges' callbacks.
 _STATE_REUSE = 0.5
 #: The ``mcp_cancellation.evict`` events one eviction batch adds to the current span: one
@@ -110,6 +117,9 @@ class OpenTelemetryBridge(Bridge):
         self._storage = registry.storage.identity if registry is not None else None
         self._state: tuple[float, TableState | None] = (-1.0, None)
         self._state_lock = threading.Lock()
+        # The span context of each task's creating request, until the task ends.
+        self._links: dict[str, trace.SpanContext] = {}
+        self._links_lock = threading.Lock()
         if registry is not None:
             for info in ALL:
                 if info.type == "gauge":
@@ -160,6 +170,7 @@ class OpenTelemetryBridge(Bridge):
                 top_k=self.top_k,
                 labeler=self.labeler,
                 ignored=ignored_by_tool(registry),
+                tasks_running=self.tasks_running,
             )
             self._state = (now, state)
             return state
@@ -305,6 +316,37 @@ class OpenTelemetryBridge(Bridge):
         self._instruments.rejected.add((kind, reason, mode))
         if self._registry_ref is not None:
             self.rejections.add(scope, reason)
+
+    def _task_created(self, task_id: str, tool: str) -> None:
+        self._instruments.tasks_created.add((tool,))
+        span = trace.get_current_span()  # the request that created the task, if traced
+        context = span.get_span_context()
+        if context.is_valid:
+            with self._links_lock:
+                self._links[task_id] = context
+                while len(self._links) > _MAX_LINKS:
+                    self._links.pop(next(iter(self._links)))
+
+    def _task_ended(self, task_id: str, tool: str, status: str, seconds: float) -> None:
+        self._instruments.tasks_ended.add((tool, status))
+        self._instruments.task_seconds.record(seconds, {"tool": tool, "status": status})
+        with self._links_lock:
+            context = self._links.pop(task_id, None)
+        end = time.time_ns()
+        span = self.tracer.start_span(
+            SPAN_TASK,
+            attributes={TASK_ID: task_id, TASK_STATUS: status, TOOL_NAME: tool},
+            links=[trace.Link(context)] if context is not None else None,
+            start_time=end - max(0, round(seconds * 1e9)),
+        )
+        if status == "failed":
+            span.set_attribute(ERROR_TYPE, "task_failed")
+        span.end(end_time=end)
+
+    def _task_rejected(self, scope: str, reason: str) -> None:
+        self._instruments.tasks_rejected.add((scope_kind(scope), reason))
+        if reason == "quota" and self._registry_ref is not None:
+            self.rejections.add(scope, TASK_QUOTA)
 
     @never_raise
     def _on_storage_error(self, sender: object, *, operation: str, **_: object) -> None:

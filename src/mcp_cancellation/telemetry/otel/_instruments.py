@@ -23,6 +23,9 @@ from .._catalogue import (
     PREFIX,
     REJECTIONS,
     TABLES,
+    TASK_BUCKETS,
+    TASK_REJECT_REASONS,
+    TASK_STATUSES,
     otel_name,
 )
 from .._table_state import TableState, gauge_values
@@ -100,6 +103,18 @@ class Instruments:
             "s",
             "Duration of MCP requests as the server handled them.",
             explicit_bucket_boundaries_advisory=list(OPERATION_BUCKETS),
+        )
+        self.tasks_created = tally("tasks_created", [(OTHER_TOOL,)])
+        self.tasks_ended = tally("tasks_ended", ((OTHER_TOOL, s) for s in TASK_STATUSES))
+        self.tasks_rejected = tally(
+            "tasks_rejected", ((k, r) for k in SCOPE_KINDS for r in TASK_REJECT_REASONS)
+        )
+        task = METRICS[PREFIX + "task_duration_seconds"]
+        self.task_seconds = meter.create_histogram(
+            otel_name(task.name),
+            "s",
+            task.help,
+            explicit_bucket_boundaries_advisory=list(TASK_BUCKETS),
         )
         self.removed = counter("cleanup_removed")
         self.storage_errors = counter("storage_errors")

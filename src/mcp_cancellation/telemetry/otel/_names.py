@@ -29,6 +29,10 @@ __all__ = [
     "SPAN_CANCEL",
     "SPAN_CLEANUP",
     "SPAN_NAMES",
+    "SPAN_TASK",
+    "TASK_ID",
+    "TASK_STATUS",
+    "TOOL_NAME",
     "UNITS",
 ]
 
@@ -40,7 +44,9 @@ SPAN_CLEANUP = "mcp_cancellation.cleanup"
 #: A cancellation with no span to carry its event (a notification the middleware
 #: answered, a closed stream, an operator's, outside any server span).
 SPAN_CANCEL = "mcp_cancellation.cancel"
-SPAN_NAMES = frozenset({SPAN_CLEANUP, SPAN_CANCEL})
+#: A task's work, from its creation to its end, linked to the request that created it.
+SPAN_TASK = "mcp_cancellation.task"
+SPAN_NAMES = frozenset({SPAN_CLEANUP, SPAN_CANCEL, SPAN_TASK})
 #: The event added to the current span for a recorded cancellation.
 EVENT_CANCEL = "mcp_cancellation.cancel"
 #: The event added to the current span for each scope an eviction batch took rows from.
@@ -58,6 +64,9 @@ REASON = "mcp_cancellation.reason"
 REMOVED = "mcp_cancellation.removed"
 IN_FLIGHT_REMOVED = "mcp_cancellation.in_flight_removed"
 EVICTED = "mcp_cancellation.evicted"
+TASK_ID = "mcp_cancellation.task.id"
+TASK_STATUS = "mcp_cancellation.task.status"
+TOOL_NAME = "gen_ai.tool.name"
 #: Every span and event attribute this bridge sets.
 ATTRIBUTES = frozenset(
     {
@@ -71,6 +80,9 @@ ATTRIBUTES = frozenset(
         REMOVED,
         IN_FLIGHT_REMOVED,
         EVICTED,
+        TASK_ID,
+        TASK_STATUS,
+        TOOL_NAME,
     }
 )
 
@@ -93,6 +105,11 @@ UNITS: Final = {
     "cancellations_ignored_total": "{request}",
     "operator_cancelled_total": "{cancellation}",
     "ignored_cancellations": "{request}",
+    "tasks_created_total": "{task}",
+    "tasks_ended_total": "{task}",
+    "tasks_rejected_total": "{call}",
+    "tasks_running": "{task}",
+    "task_duration_seconds": "s",
 }
 #: Bucket boundaries (seconds) of the cleanup-duration histogram.
 CLEANUP_BUCKETS: Final = one_two_five(0.001, 10.0)

@@ -16,7 +16,16 @@ from ..._token import OTHER_TOOL
 from ...scope import SCOPE_KINDS, ScopeKind, ScopeLabeler, scope_kind
 from ...storage._base import STORAGE_OPERATIONS, TableSummary
 from .._bridge import Bridge
-from .._catalogue import OPERATION_BUCKETS, OPERATION_DURATION, OPERATION_LABELS, near_quota_rows
+from .._catalogue import (
+    OPERATION_BUCKETS,
+    OPERATION_DURATION,
+    OPERATION_LABELS,
+    TASK_BUCKETS,
+    TASK_QUOTA,
+    TASK_REJECT_REASONS,
+    TASK_STATUSES,
+    near_quota_rows,
+)
 from .._guard import never_raise
 from .._rejections import REJECTIONS_WINDOW, Rejections
 from .._table_state import ignored_by_tool
@@ -123,6 +132,10 @@ class PrometheusBridge(Bridge):
         self._operations: Histogram | None = None
         self._operator: dict[str, Counter] = {}
         self._operation_children: dict[tuple[str, ...], Histogram] = {}
+        self._tasks_created: Counter | None = None
+        self._tasks_ended: Counter | None = None
+        self._tasks_rejected: dict[tuple[str, str], Counter] = {}
+        self._task_seconds: Histogram | None = None
 
     # -- lifecycle (install/uninstall: see telemetry._bridge) ---------------------------
 
@@ -201,9 +214,22 @@ class PrometheusBridge(Bridge):
             buckets=OPERATION_BUCKETS,
         )
         self._operation_children = {}
+        created = self._tasks_created = _counter("tasks_created")
+        ended = self._tasks_ended = _counter("tasks_ended")
+        created.labels(OTHER_TOOL)
+        for status in TASK_STATUSES:
+            ended.labels(OTHER_TOOL, status)
+        task_rejected = _counter("tasks_rejected")
+        self._tasks_rejected = {
+            (k, r): task_rejected.labels(k, r) for k in SCOPE_KINDS for r in TASK_REJECT_REASONS
+        }
+        info = METRICS[PREFIX + "task_duration_seconds"]
+        self._task_seconds = Histogram(
+            info.name, info.help, list(info.labels), registry=None, buckets=TASK_BUCKETS
+        )
         self._counters = [
             *(cancelled, rejected, evicted, cleanup, errors, stop, ignored, operations),
-            operator,
+            *(operator, created, ended, task_rejected, self._task_seconds),
         ]
         if reg is not None:
             done: list[Collector] = []
@@ -292,6 +318,24 @@ class PrometheusBridge(Bridge):
             child = self._operation_children[labels] = self._operations.labels(*labels)
         child.observe(seconds)
 
+    def _task_created(self, task_id: str, tool: str) -> None:
+        if self._tasks_created is not None:
+            self._tasks_created.labels(tool).inc()
+
+    def _task_ended(self, task_id: str, tool: str, status: str, seconds: float) -> None:
+        if self._tasks_ended is not None and self._task_seconds is not None:
+            self._tasks_ended.labels(tool, status).inc()
+            self._task_seconds.labels(tool, status).observe(seconds)
+
+    def _task_rejected(self, scope: str, reason: str) -> None:
+        child = self._tasks_rejected.get((scope_kind(scope), reason))
+        if child is not None:
+            child.inc()
+        if reason == "quota":
+            self.rejections.add(scope, TASK_QUOTA)
+            if self._files is not None:
+                self._files.mark()
+
     @never_raise
     def _on_storage_error(self, sender: object, *, operation: str, **_: object) -> None:
         child = self._storage_errors.get(operation)
@@ -363,6 +407,7 @@ class PrometheusBridge(Bridge):
             top_k=self.top_k,
             labeler=self.labeler,
             ignored=ignored_by_tool(registry),
+            tasks_running=self.tasks_running,
         )
 
     # -- exposition --------------------------------------------------------------------
