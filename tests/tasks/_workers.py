@@ -16,6 +16,8 @@ from ..jsonrpc import MODERN
 from ..support import ServerLog, project_root, start_on_free_port, stop_process
 
 EXTENSION = "io.modelcontextprotocol/tasks"
+#: How many tasks one scope may hold on the test servers (``_app.py``'s ``--quota``).
+QUOTA = 3
 HEADERS = {
     "accept": "application/json, text/event-stream",
     "content-type": "application/json",

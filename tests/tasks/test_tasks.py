@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -15,42 +15,11 @@ import pytest
 
 from mcp_cancellation import CancellationRegistry, MemoryStorage
 
-from ..support import BACKENDS, RedisServer, UvicornThread, async_wait_until, redis_url
+from ..support import RedisServer, UvicornThread, async_wait_until
 from ._app import build_tasks_app
-from ._workers import Caller, TaskWorker
+from ._workers import QUOTA, Caller, TaskWorker
 
 pytestmark = pytest.mark.e2e
-
-#: How many tasks one scope may hold on the test servers (``_app.py``'s ``--quota``).
-QUOTA = 3
-
-
-@pytest.fixture(scope="module", params=BACKENDS)
-def servers(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
-    """Two workers' base URLs: two processes on the leg's Redis, or, on memory, one
-    server twice (a memory table is one process's)."""
-    backend: str = request.param
-    if backend == "memory":
-        registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
-        with UvicornThread(build_tasks_app(registry, max_tasks_per_scope=QUOTA)) as server:
-            yield server.url, server.url
-        return
-    url = redis_url(backend, request)
-    prefix = f"tasks-{uuid.uuid4().hex[:8]}"
-    options: dict[str, float] = {"quota": QUOTA}
-    if backend == "redis-partitioned":
-        options["partitions"] = 3
-    a = TaskWorker(url, prefix, **options)
-    try:
-        b = TaskWorker(url, prefix, **options)
-    except BaseException:
-        a.stop()
-        raise
-    try:
-        yield a.url, b.url
-    finally:
-        a.stop()
-        b.stop()
 
 
 @pytest.fixture
@@ -398,6 +367,12 @@ async def test_metrics_count_tasks_by_tool_and_status_and_task_rejections_by_sco
 ) -> None:
     a, b = servers
     caller = Caller(http, address())
+
+    async def idle() -> bool:  # no task of an earlier test may end during this one
+        scrapes = [await _scrape(http, url) for url in {a, b}]
+        return all(_value(text, "tasks_running") == 0 for text in scrapes)
+
+    await async_wait_until(idle, within=15)
     before = await _scrape(http, a)
     done = await caller.create(a, "sized", {"size": 1})
     await until_status(caller, b, done, {"completed"})

@@ -25,6 +25,7 @@ except ImportError:  # pragma: no cover - pydantic comes with every MCP SDK
 __all__ = [
     "CANCELLED_METHOD",
     "INITIALIZE_METHOD",
+    "UNTRACKED_METHODS",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
@@ -81,6 +82,9 @@ INITIALIZE_METHOD: Final = "initialize"
 
 #: The method whose ``params.name`` is the tool a request calls.
 TOOLS_CALL_METHOD = "tools/call"
+#: Requests the middleware does not track (their ids are never worth cancelling): the
+#: tasks extension's, answered at once from the task table. They are still counted.
+UNTRACKED_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 
 
 def classify(body: bytes) -> Message:

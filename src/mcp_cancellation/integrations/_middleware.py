@@ -61,7 +61,13 @@ if TYPE_CHECKING:
     )
 from . import _jsonrpc
 from ._exchange import DISCONNECT_REASON, Exchange, Watchlists, replay
-from ._jsonrpc import INITIALIZE_METHOD, OTHER, TOOLS_CALL_METHOD, classify
+from ._jsonrpc import (
+    INITIALIZE_METHOD,
+    OTHER,
+    TOOLS_CALL_METHOD,
+    UNTRACKED_METHODS,
+    classify,
+)
 from ._notifications import Front, answer_cancelled
 from ._sessions import SESSION_HEADER, IssuedSessions, session_open
 from ._transport import Transport, find_transport
@@ -381,6 +387,8 @@ class CancellationMiddleware:
             tool = name if isinstance(name, str) and name in self._tool_names else OTHER_TOOL
         caller = self.caller_scope(scope)
         version = header(scope, b"mcp-protocol-version")
+        if method in UNTRACKED_METHODS:
+            request_id = None  # counted and scoped, never in the table (one round trip less)
         try:
             context = self.registry.request(
                 request_id, caller, tool=tool, method=method, protocol_version=version

@@ -2,8 +2,10 @@
 ``lua/<name>.lua`` (private).
 
 Each script's file starts with its KEYS, ARGV and reply (encoded and decoded by
-:mod:`._contracts`); ``lua/prelude.lua``, prepended to each, holds what they share: key
-names, the row codec, the row and scope-index operations, the track and its claims. The
+:mod:`._contracts`, and :mod:`._tasks` for the task scripts); ``lua/base.lua``, prepended
+to each, holds the prefix, the member framing, the heartbeat key and the clock, and
+``lua/prelude.lua``, prepended to the row scripts, what they share: key names, the row
+codec, the row and scope-index operations, the track and its claims. The
 keys, and why the scripts may build their names from ``P`` alone, are described in
 docs/architecture.md, "The Redis table".
 """
@@ -46,12 +48,15 @@ def _read(name: str) -> str:
 
 
 def source(name: str, *, sharded: bool = False) -> str:
-    """The text of script *name* (one of :data:`NAMES`), the prelude first; with *sharded*
-    (a cluster), pushes use ``SPUBLISH``, so a message stays within the table's shard (the
-    channel shares the keys' hash tag)."""
+    """The text of script *name* (one of :data:`NAMES`): ``base.lua``, then for a row
+    script ``prelude.lua`` (a task script needs none of it, and defining its functions is
+    most of a small script's cost), then its own; with *sharded* (a cluster), pushes use
+    ``SPUBLISH``, so a message stays within the table's shard (the channel shares the
+    keys' hash tag)."""
     if name not in NAMES:
         raise KeyError(name)
-    text = _read("prelude") + _read(name.lower())
+    prelude = "" if name.startswith("TASK_") else _read("prelude")
+    text = _read("base") + prelude + _read(name.lower())
     return text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'") if sharded else text
 
 

@@ -1,6 +1,5 @@
--- Shared by every script: key names, the row codec and the row operations.
--- Prepended to each script's own text (see _scripts.source).
-local P = ARGV[1]
+-- Shared by the row scripts (not the task scripts, which need none of it): key names,
+-- the row codec and the row operations. Prepended after base.lua (see _scripts.source).
 local AGES = P .. 'ages'
 local REASONS = P .. 'reasons'
 local SCOPES = P .. 'scopes'
@@ -14,11 +13,6 @@ local function rows_key(scope) return P .. 's:' .. scope end
 local function level_key(n) return P .. 'l:' .. string.format('%d', n) end
 local function flight_key(m) return P .. 'f:' .. m end
 local function worker_key(w) return P .. 'w:' .. w end
-local function hb_key(w) return P .. 'hb:' .. w end
--- '<n>:<s>': the framing of row members, pushed messages and the scripts' packed replies
--- (split below and _codec.split_netstrings read it back).
-local function netstring(s) return #s .. ':' .. s end
-local function member(scope, key) return netstring(scope) .. key end
 -- '<n>:<head (n bytes)><tail>' -> head, tail
 local function split(s)
   local colon = string.find(s, ':', 1, true)
@@ -212,10 +206,6 @@ local function evict(remaining, budget, partial, evicted, singles)
     end
   end
   return remaining, budget, partial
-end
-local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 -- The table's clock: the server's, but never behind the last age it gave (a failover to
 -- a node whose clock is behind, or a test that moves `P clock` on to age the rows).
