@@ -407,17 +407,17 @@ class CancellationRegistry:
         scope: str = "global",
         *,
         tool: str | None = None,
-        method: str | None = None,
-        protocol_version: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> RequestContext:
         """``async with registry.request(id, scope) as token``: track the request for the
         block, make it the current request for :func:`~mcp_cancellation.cancelled`, then
         untrack it and clear its cancellation whatever the outcome. *tool* names the tool
-        it calls, as a metric label (see :attr:`RequestToken.tool`); *method* and
-        *protocol_version* are its JSON-RPC method and MCP version, for
-        ``request.ended``. If it was cancelled, the block's exit sends
-        ``request.stopped``; every block's exit sends ``request.ended``."""
-        token = RequestToken("", scope, tool, method=method, protocol_version=protocol_version)
+        it calls, as a metric label (see :attr:`RequestToken.tool`); *labels* are the
+        attributes of the operation, as the integration that serves it names them
+        (:attr:`RequestToken.labels`), for ``request.ended``. If it was cancelled, the
+        block's exit sends ``request.stopped``; every block's exit sends
+        ``request.ended``."""
+        token = RequestToken("", scope, tool, labels=labels)
         token._report = self._token_cancelled
         return RequestContext(self, self._owners, self._storage, request_id, token)
 

@@ -132,12 +132,10 @@ class RequestContext(Owner):
             self._registry,
             request_id=token.request_id,
             scope=self._scope,
-            method=token.method,
             tool=token.tool,
-            protocol_version=token.protocol_version,
+            labels=token.labels,
             seconds=time.monotonic() - token.started,
             cancelled=token.cancelled,
-            error_type=token.error_type,
         )
 
     def _stopped(self, exc: BaseException | None) -> None:

@@ -24,7 +24,7 @@ __all__ = [
 OTHER_TOOL: Final = "other"
 #: The ``method`` of ``request.cancelled`` for an operator's cancellation.
 OPERATOR: Final = "operator"
-#: The ``error_type`` of a request answered with a tool result whose ``isError`` is true.
+#: The ``error.type`` of a request answered with a tool result whose ``isError`` is true.
 TOOL_ERROR: Final = "tool_error"
 
 #: How the work of a cancelled request ended (the ``outcome`` of ``request.stopped`` and
@@ -59,9 +59,7 @@ class RequestToken:
         "_reason",
         "_report",
         "cancelled",
-        "error_type",
-        "method",
-        "protocol_version",
+        "labels",
         "request_id",
         "scope",
         "started",
@@ -74,25 +72,22 @@ class RequestToken:
         scope: str,
         tool: str | None = None,
         *,
-        method: str | None = None,
-        protocol_version: str | None = None,
+        labels: dict[str, str] | None = None,
     ) -> None:
         self.request_id = request_id
         self.scope = scope
         #: The tool this request calls, as a metric label (a registered tool's name, or
         #: ``other``), or ``None`` when it is not a tool call or nobody said.
         self.tool = tool
-        #: The JSON-RPC method and the MCP protocol version, when an integration knows them.
-        self.method = method
-        self.protocol_version = protocol_version
+        #: The attributes of the operation this request is, as the integration serving it
+        #: names them (the middleware: ``mcp.method.name``, ``mcp.protocol.version`` and,
+        #: once its answer failed, ``error.type``). The core never reads them:
+        #: ``request.ended`` carries them to the bridges.
+        self.labels: dict[str, str] = {} if labels is None else labels
         #: When the request started (``time.monotonic()``).
         self.started = time.monotonic()
         #: Whether a cancellation for this request has been recorded.
         self.cancelled = False
-        #: How its answer failed, as the integration that served it saw it: a JSON-RPC
-        #: error code (``"-32602"``) or ``tool_error`` (a tool result with ``isError``);
-        #: ``None`` when it succeeded or nobody looked. ``request.ended`` reports it.
-        self.error_type: str | None = None
         self._reason: str | None = None
         self._cancelled_at = 0.0
         self._observed = False

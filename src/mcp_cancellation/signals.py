@@ -34,10 +34,11 @@ signal                           keyword arguments
                                  ``cancel_grace`` after the cancellation); sent once, by the
                                  process that ran the request
 ``request.ended``                a request's block ended (every request, cancelled or
-                                 not): ``request_id``, ``scope``, ``method`` and
-                                 ``protocol_version`` (or None), ``tool`` (label-safe name
-                                 or None), ``seconds`` (from its start), ``cancelled``,
-                                 ``error_type`` (the token's, or None);
+                                 not): ``request_id``, ``scope``, ``tool`` (label-safe
+                                 name or None), ``labels`` (the token's: the operation's
+                                 attributes as the integration named them, such as
+                                 ``mcp.method.name``), ``seconds`` (from its start),
+                                 ``cancelled``;
                                  sent by the process that ran it, only when a receiver
                                  is connected (the bridges' ``mcp.server.operation.duration``)
 ``task.created``                 a task was created (SEP-2663): ``task_id``, ``scope``,

@@ -183,7 +183,7 @@ async def test_recorded_on_one_worker_stopped_on_another_observed_once(
 async def test_made_up_tool_names_never_become_label_values(
     serve: Serve, http: httpx.AsyncClient, flavour: str
 ) -> None:
-    labels: set[str | None] = set()
+    tools: set[str | None] = set()
 
     class Recording(CancellationRegistry):
         def request(
@@ -192,10 +192,10 @@ async def test_made_up_tool_names_never_become_label_values(
             scope: str = "global",
             *,
             tool: str | None = None,
-            **others: str | None,
+            labels: dict[str, str] | None = None,
         ) -> Any:
-            labels.add(tool)
-            return super().request(request_id, scope, tool=tool, **others)
+            tools.add(tool)
+            return super().request(request_id, scope, tool=tool, labels=labels)
 
     harness = serve(
         flavour,
@@ -213,7 +213,7 @@ async def test_made_up_tool_names_never_become_label_values(
             assert response.status_code == 200
 
     await asyncio.gather(*(call(i) for i in range(CALLS)))
-    assert labels == {"echo", "other"}
+    assert tools == {"echo", "other"}
     await harness.wait_empty()
 
 

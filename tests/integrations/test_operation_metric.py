@@ -154,13 +154,14 @@ async def test_calls_are_counted_once_and_a_cancelled_call_is_told_apart(
     ],
 )
 async def test_an_error_type_is_bounded(error_type: str, label: str) -> None:
-    """A token's ``error_type`` set by other code than the middleware cannot mint labels."""
+    """A token's ``error.type`` set by other code than the middleware cannot mint labels."""
     registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
     collector = CollectorRegistry()
     prometheus = PrometheusBridge(registry, collector_registry=collector).install()
     try:
-        async with registry.request(1, "ip:192.0.2.1", method="tools/call") as token:
-            token.error_type = error_type
+        labels = {"mcp.method.name": "tools/call"}
+        async with registry.request(1, "ip:192.0.2.1", labels=labels) as token:
+            token.labels["error.type"] = error_type
         assert prometheus_counts(collector) == {("tools/call", "", label, ""): 1}
     finally:
         prometheus.uninstall()
@@ -228,3 +229,22 @@ async def test_error_type_is_read_from_the_envelope_only_and_bounded(
         }
     finally:
         prometheus.uninstall()
+
+
+def test_the_core_token_carries_no_http_field_and_the_labels_are_the_bridges_names() -> None:
+    """The integration owns the operation's attributes (``token.labels``); the core token
+    has no JSON-RPC or HTTP field; the names the middleware writes are those the bridges
+    read."""
+    from mcp_cancellation import RequestToken
+    from mcp_cancellation.integrations import _exchange
+    from mcp_cancellation.telemetry import _catalogue
+
+    for field in ("method", "protocol_version", "error_type"):
+        assert field not in RequestToken.__slots__
+    written = (_exchange.METHOD_NAME, _exchange.PROTOCOL_VERSION, _exchange.ERROR_TYPE)
+    read = (_catalogue.METHOD_NAME, _catalogue.PROTOCOL_VERSION, _catalogue.ERROR_TYPE)
+    assert written == read
+    assert _exchange.operation("tools/call", "2026-07-28") == {
+        "mcp.method.name": "tools/call",
+        "mcp.protocol.version": "2026-07-28",
+    }

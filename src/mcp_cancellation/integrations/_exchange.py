@@ -28,9 +28,39 @@ class Host(Protocol):
     watchlists: Watchlists
 
 
-__all__ = ["DISCONNECT_REASON", "Exchange", "Host", "Watched", "Watchlist", "Watchlists", "replay"]
+__all__ = [
+    "DISCONNECT_REASON",
+    "ERROR_TYPE",
+    "METHOD_NAME",
+    "PROTOCOL_VERSION",
+    "Exchange",
+    "Host",
+    "Watched",
+    "Watchlist",
+    "Watchlists",
+    "operation",
+    "replay",
+]
 
 logger = logging.getLogger("mcp_cancellation.asgi")
+
+#: The operation attributes the middleware keeps in a request's ``RequestToken.labels``
+#: (OpenTelemetry's MCP conventions' names): the core passes them to ``request.ended``
+#: untouched, for the bridges' ``mcp.server.operation.duration``.
+METHOD_NAME = "mcp.method.name"
+PROTOCOL_VERSION = "mcp.protocol.version"
+ERROR_TYPE = "error.type"
+
+
+def operation(method: str | None, protocol_version: str | None) -> dict[str, str]:
+    """The labels of a request with JSON-RPC *method* at MCP *protocol_version*."""
+    labels: dict[str, str] = {}
+    if method is not None:
+        labels[METHOD_NAME] = method
+    if protocol_version is not None:
+        labels[PROTOCOL_VERSION] = protocol_version
+    return labels
+
 
 #: Reason recorded when the client goes away mid-request.
 DISCONNECT_REASON = "client disconnected"
@@ -289,7 +319,7 @@ class Exchange:
 
     async def _send(self, message: Message) -> None:
         if message["type"] == "http.response.body":
-            if self.context.token.error_type is None:
+            if ERROR_TYPE not in self.context.token.labels:
                 self._read_error(message.get("body", b""))
             if self.context.token.cancelled and not self.answer:
                 # What the app answered once cancelled (only then: it costs a scan).
@@ -312,7 +342,9 @@ class Exchange:
         """Note how the answer failed (``error.type`` of ``request.ended``), if it did:
         from the JSON-RPC envelope only (:func:`._jsonrpc.answer_error`)."""
         if body:
-            self.context.token.error_type = answer_error(body)
+            error = answer_error(body)
+            if error is not None:
+                self.context.token.labels[ERROR_TYPE] = error
 
     def _set_gone(self) -> None:
         self.gone = True

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
         TransportSecuritySettings,
     )
 from . import _jsonrpc
-from ._exchange import DISCONNECT_REASON, Exchange, Watchlists, replay
+from ._exchange import DISCONNECT_REASON, Exchange, Watchlists, operation, replay
 from ._jsonrpc import (
     INITIALIZE_METHOD,
     OTHER,
@@ -356,7 +356,7 @@ class CancellationMiddleware:
             asked = params.get("protocolVersion") if isinstance(params, dict) else None
             version = asked if isinstance(asked, str) else header(scope, b"mcp-protocol-version")
             async with self.registry.request(
-                None, self.caller_scope(scope), method=method, protocol_version=version
+                None, self.caller_scope(scope), labels=operation(method, version)
             ):
                 await self.app(scope, replay(body, trailing, receive), send)
         else:
@@ -391,7 +391,7 @@ class CancellationMiddleware:
             request_id = None  # counted and scoped, never in the table (one round trip less)
         try:
             context = self.registry.request(
-                request_id, caller, tool=tool, method=method, protocol_version=version
+                request_id, caller, tool=tool, labels=operation(method, version)
             )
         except InvalidRequestId:
             # An id the registry cannot key (a string over 256 UTF-8 bytes, a float, ...):
@@ -399,7 +399,7 @@ class CancellationMiddleware:
             # (no notification can name it: its id is refused), but a disconnect still
             # cancels it, like any other call.
             context = self.registry.request(
-                None, caller, tool=tool, method=method, protocol_version=version
+                None, caller, tool=tool, labels=operation(method, version)
             )
         return Exchange(self, receive, send, body, context, self._disconnect_cancels_request(scope))
 

@@ -70,13 +70,9 @@ class TaskRun:
         result: str | None = None
         error: str | None = _error(-32603, "The task did not run.")
         try:
-            async with registry.request(
-                record.task_id,
-                record.scope,
-                tool=self.tool,
-                method="tools/call",
-                protocol_version=self.ctx.protocol_version,
-            ) as token:
+            # No labels: a task's run is not an MCP operation (its tools/call answered at
+            # once, and was counted then).
+            async with registry.request(record.task_id, record.scope, tool=self.tool) as token:
                 status, result, error = await self._work(token)
         except StorageUnavailable as exc:
             logger.warning("task %s not tracked: %s", record.task_id, exc)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from blinker import ANY
@@ -23,7 +23,14 @@ from .. import signals
 from .._errors import ConfigurationError
 from .._token import OTHER_TOOL
 from ..scope import ScopeKind, scope_kind
-from ._catalogue import TASK_REJECT_REASONS, TASK_STATUSES, operation_labels
+from ._catalogue import (
+    ERROR_TYPE,
+    METHOD_NAME,
+    PROTOCOL_VERSION,
+    TASK_REJECT_REASONS,
+    TASK_STATUSES,
+    operation_labels,
+)
 from ._guard import disconnect_all, never_raise
 
 if TYPE_CHECKING:
@@ -126,17 +133,22 @@ class Bridge:
         self,
         sender: object,
         *,
-        method: str | None = None,
         tool: str | None = None,
-        protocol_version: str | None = None,
+        labels: Mapping[str, str] | None = None,
         seconds: float = 0.0,
         cancelled: bool = False,
-        error_type: str | None = None,
         **_: object,
     ) -> None:
         if not self._skips(sender):
-            labels = operation_labels(method, tool, protocol_version, cancelled, error_type)
-            self._ended(labels, seconds)
+            given = labels or {}
+            values = operation_labels(
+                given.get(METHOD_NAME),
+                tool,
+                given.get(PROTOCOL_VERSION),
+                cancelled,
+                given.get(ERROR_TYPE),
+            )
+            self._ended(values, seconds)
 
     def _ended(self, labels: tuple[str, ...], seconds: float) -> None:
         """A request ended after *seconds*: *labels* are its bounded

@@ -17,6 +17,9 @@ from .._token import TOOL_ERROR
 
 __all__ = [
     "ALL",
+    "ERROR_TYPE",
+    "METHOD_NAME",
+    "PROTOCOL_VERSION",
     "CANCEL_TO_STOP_BUCKETS",
     "METRICS",
     "METRIC_NAMES",
@@ -314,12 +317,17 @@ OPERATION_BUCKETS: Final = (
     120.0,
     300.0,
 )
+#: The operation attributes an integration puts in ``RequestToken.labels`` (the
+#: conventions' names), read from ``request.ended``'s ``labels``.
+METHOD_NAME: Final = "mcp.method.name"
+PROTOCOL_VERSION: Final = "mcp.protocol.version"
+ERROR_TYPE: Final = "error.type"
 #: Its attributes, in label order (Prometheus labels replace the dots with underscores).
 OPERATION_LABELS: Final = (
-    "mcp.method.name",
+    METHOD_NAME,
     "gen_ai.tool.name",
-    "error.type",
-    "mcp.protocol.version",
+    ERROR_TYPE,
+    PROTOCOL_VERSION,
     "network.transport",
 )
 #: The ``error.type`` of a call that was cancelled (by a notification, an operator or
