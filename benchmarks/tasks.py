@@ -19,7 +19,12 @@ Printed with their goals (issue 66):
     python benchmarks/tasks.py [--tasks 1000] [--duration 2] [--rounds 4]
                                [--concurrency 16] [--samples 40]
 
-Not measured: the same load against fastmcp-tasks (docs/performance.md says why).
+The same load runs against fastmcp-tasks on the same Redis in the same run (two FastMCP
+server processes with ``fastmcp-tasks``' Docket workers, ``benchmarks/_fastmcp_tasks_server.py``,
+in the FastMCP tasks client's virtualenv of ``tests/tasks``), printed side by side. Goals
+against it: cancel-to-stop at least twice as fast, no more server CPU per poll. The stop
+is seen from outside: the tool sets a Redis key as it ends (``marker``), which this script
+watches.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import json
+import os
 import random
 import statistics
 import subprocess
@@ -45,6 +52,7 @@ from middleware import cpu_seconds
 # benchmarks/redis.py would shadow the redis package from here on.
 sys.path.remove(str(Path(__file__).resolve().parent))
 
+from redis.asyncio import Redis as AsyncRedis
 from redis.client import Redis as SyncRedis
 from tests.support import RedisServer, free_port, wait_until
 
@@ -84,27 +92,30 @@ async def rpc(
     return message
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
 def start_worker(redis_url: str, prefix: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A worker of this package (``tests/tasks/_app.py``)."""
     port = free_port()
+    command = [sys.executable, "-m", "tests.tasks._app", "--port", str(port)]
+    command += ["--redis-url", redis_url, "--prefix", prefix]
+    command += ["--quota", "100000", "--heartbeat-ttl", "30"]
+    return _started(command, port, redis_url)
+
+
+def start_peer(python: Path, redis_url: str, name: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A worker of fastmcp-tasks (``_fastmcp_tasks_server.py``, in its own venv)."""
+    port = free_port()
+    script = str(ROOT / "benchmarks" / "_fastmcp_tasks_server.py")
+    command = [str(python), script, "--port", str(port), "--redis-url", redis_url]
+    return _started([*command, "--name", name], port, redis_url)
+
+
+def _started(command: list[str], port: int, redis_url: str) -> tuple[subprocess.Popen[bytes], str]:
+    env = {**os.environ, "MCP_BENCH_MARKER_URL": redis_url}
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.tasks._app",
-            "--port",
-            str(port),
-            "--redis-url",
-            redis_url,
-            "--prefix",
-            prefix,
-            "--quota",
-            "100000",
-            "--heartbeat-ttl",
-            "30",
-        ],
-        cwd=Path(__file__).resolve().parent.parent,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     url = f"http://127.0.0.1:{port}"
 
@@ -191,22 +202,20 @@ async def until(check_answer: Any, within: float = 10.0, interval: float = 0.005
 
 
 async def latencies(
-    client: httpx.AsyncClient, urls: list[str], samples: int
+    client: httpx.AsyncClient, urls: list[str], samples: int, marks: AsyncRedis
 ) -> tuple[list[float], list[float]]:
     """Create-to-running and cancel-to-stop, each task created on one worker and watched
-    (and cancelled) through the other."""
+    (and cancelled) through the other; the stop is the tool's own marker in Redis."""
     running: list[float] = []
     stopping: list[float] = []
     for n in range(samples):
         a, b = urls[n % 2], urls[(n + 1) % 2]
         where = f"198.18.0.{n % 250 + 1}"
+        marker = f"bench-stop-{uuid.uuid4().hex}"
+        arguments = {"n": 100_000, "step": 0.01, "marker": marker}
         sent = time.perf_counter()
         created = await rpc(
-            client,
-            a,
-            "tools/call",
-            {"name": "slow_count", "arguments": {"n": 100_000, "step": 0.01}},
-            where,
+            client, a, "tools/call", {"name": "slow_count", "arguments": arguments}, where
         )
         task_id = created["result"]["taskId"]
 
@@ -218,81 +227,131 @@ async def latencies(
         sent = time.perf_counter()
         await rpc(client, b, "tasks/cancel", {"taskId": task_id}, where)
 
-        async def stopped(task_id: str = task_id, where: str = where, b: str = b) -> bool:
-            answer = await rpc(client, b, "tasks/get", {"taskId": task_id}, where)
-            return bool(answer["result"]["status"] == "cancelled")
+        async def stopped(marker: str = marker) -> bool:
+            return bool(await marks.exists(marker))
 
-        stopping.append(await until(stopped) - sent)
+        stopping.append(await until(stopped, interval=0.001) - sent)
     return running, stopping
 
 
+class Figures:
+    """One implementation's figures, medians over the rounds."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[str, list[float]] = {"tasks/get": [], "tools/list": []}
+        self.redis_per_get: list[float] = []
+        self.per_task = 0.0
+        self.result_bytes = 0
+        self.running: list[float] = []
+        self.stopping: list[float] = []
+
+    def median(self, method: str) -> float:
+        return statistics.median(self.cpu[method])
+
+
+async def measure(
+    args: argparse.Namespace,
+    server: RedisServer,
+    workers: list[tuple[subprocess.Popen[bytes], str]],
+) -> Figures:
+    """The whole load against two workers of one implementation."""
+    urls = [url for _, url in workers]
+    pids = [process.pid for process, _ in workers]
+    figures = Figures()
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        # Memory per stored task (a 1 kB result), then the polled population.
+        before = redis_memory(server.port)
+        tasks = await create_tasks(client, urls, args.tasks, "sized", {"size": 1000})
+        await asyncio.sleep(1.0)  # every one has ended (and written its result)
+        figures.per_task = (redis_memory(server.port) - before) / len(tasks)
+        _, task_id = tasks[0]
+        answer = await rpc(client, urls[0], "tasks/get", {"taskId": task_id}, tasks[0][0])
+        figures.result_bytes = len(json.dumps(answer["result"].get("result", {})))
+        for round_ in range(args.rounds):
+            order = ("tasks/get", "tools/list")
+            for method in order if round_ % 2 == 0 else tuple(reversed(order)):
+                cpu_before = sum(cpu_seconds(pid) or 0.0 for pid in pids)
+                redis_before = redis_cpu(server.port)
+                count = await load(client, urls, method, tasks, args.concurrency, args.duration)
+                cpu_after = sum(cpu_seconds(pid) or 0.0 for pid in pids)
+                figures.cpu[method].append((cpu_after - cpu_before) / count)
+                if method == "tasks/get":
+                    redis_after = redis_cpu(server.port)
+                    figures.redis_per_get.append((redis_after - redis_before) / count)
+        async with AsyncRedis(port=server.port) as marks:
+            figures.running, figures.stopping = await latencies(client, urls, args.samples, marks)
+    figures.running.sort()
+    figures.stopping.sort()
+    return figures
+
+
+def stop(workers: list[tuple[subprocess.Popen[bytes], str]]) -> None:
+    for process, _ in workers:
+        process.terminate()
+        process.wait(timeout=10)
+
+
 async def run(args: argparse.Namespace) -> None:
+    peer: Figures | None = None
     with RedisServer() as server:
         prefix = f"bench-{uuid.uuid4().hex[:6]}"
         workers = [start_worker(server.url, prefix) for _ in range(2)]
-        urls = [url for _, url in workers]
-        pids = [process.pid for process, _ in workers]
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         try:
-            async with httpx.AsyncClient(limits=limits, timeout=30) as client:
-                # Memory per stored task (a 1 kB result), then the polled population.
-                before = redis_memory(server.port)
-                sized = await create_tasks(client, urls, args.tasks, "sized", {"size": 1000})
-                await asyncio.sleep(1.0)  # every one has ended (and written its result)
-                per_task = (redis_memory(server.port) - before) / len(sized)
-                result_bytes = len(
-                    '{"content":[{"type":"text","text":"' + "x" * 1000 + '"}],'
-                    '"structuredContent":{"result":"' + "x" * 1000 + '"},"isError":false}'
-                )
-                polled = sized
-                cpu: dict[str, list[float]] = {"tasks/get": [], "tools/list": []}
-                redis_per_get: list[float] = []
-                for round_ in range(args.rounds):
-                    order = ("tasks/get", "tools/list")
-                    for method in order if round_ % 2 == 0 else tuple(reversed(order)):
-                        cpu_before = sum(cpu_seconds(pid) or 0.0 for pid in pids)
-                        redis_before = redis_cpu(server.port)
-                        count = await load(
-                            client, urls, method, polled, args.concurrency, args.duration
-                        )
-                        cpu_after = sum(cpu_seconds(pid) or 0.0 for pid in pids)
-                        cpu[method].append((cpu_after - cpu_before) / count)
-                        if method == "tasks/get":
-                            redis_per_get.append((redis_cpu(server.port) - redis_before) / count)
-                running, stopping = await latencies(client, urls, args.samples)
+            ours = await measure(args, server, workers)
         finally:
-            for process, _ in workers:
-                process.terminate()
-                process.wait(timeout=10)
+            stop(workers)
+        if not args.no_peer:
+            try:
+                from tests.tasks._workers import client_venv
 
-    get_cpu = statistics.median(cpu["tasks/get"])
-    list_cpu = statistics.median(cpu["tools/list"])
-    redis_get = statistics.median(redis_per_get)
-    beyond = per_task - result_bytes
-    running.sort()
-    stopping.sort()
-    print(f"\n{args.tasks} tasks on two workers, {args.concurrency} clients, Redis")
-    print(f"  server CPU per tasks/get        {get_cpu * 1e6:8.0f} us")
-    print(f"  server CPU per tools/list       {list_cpu * 1e6:8.0f} us")
-    print(f"  Redis CPU per tasks/get         {redis_get * 1e6:8.1f} us")
-    print(f"  Redis memory per stored task    {per_task:8.0f} B ({result_bytes} B of result)")
-    print(
-        f"  create-to-running p50 / p90     {statistics.median(running) * 1e3:8.1f} / "
-        f"{running[int(len(running) * 0.9)] * 1e3:.1f} ms (through the other worker)"
-    )
-    print(
-        f"  cancel-to-stop p50 / p90        {statistics.median(stopping) * 1e3:8.1f} / "
-        f"{stopping[int(len(stopping) * 0.9)] * 1e3:.1f} ms (across workers)"
-    )
-    ratio = get_cpu / list_cpu
+                python = client_venv()
+            except Exception as exc:  # no package index here: say so, measure the rest
+                print(f"fastmcp-tasks not measured: {exc}")
+            else:
+                peers = [start_peer(python, server.url, prefix) for _ in range(2)]
+                try:
+                    peer = await measure(args, server, peers)
+                finally:
+                    stop(peers)
+
+    def row(label: str, value: Any) -> None:
+        theirs = "" if peer is None else value(peer)
+        print(f"  {label:<34} {value(ours):>18} {theirs:>18}")
+
+    def p(values: list[float], q: float) -> str:
+        return f"{values[min(len(values) - 1, int(len(values) * q))] * 1e3:.1f} ms"
+
+    print(f"\n{args.tasks} tasks on two workers, {args.concurrency} clients, one Redis")
+    print(f"  {'':<34} {'mcp-cancellation':>18} {'fastmcp-tasks' if peer else '':>18}")
+    row("server CPU per tasks/get", lambda f: f"{f.median('tasks/get') * 1e6:.0f} us")
+    row("server CPU per tools/list", lambda f: f"{f.median('tools/list') * 1e6:.0f} us")
+    row("Redis CPU per tasks/get", lambda f: f"{statistics.median(f.redis_per_get) * 1e6:.1f} us")
+    row("Redis memory per stored task", lambda f: f"{f.per_task:.0f} B")
+    row("  of which its result (JSON)", lambda f: f"{f.result_bytes} B")
+    row("create-to-running p50", lambda f: p(f.running, 0.5))
+    row("create-to-running p90", lambda f: p(f.running, 0.9))
+    row("cancel-to-stop p50 (across workers)", lambda f: p(f.stopping, 0.5))
+    row("cancel-to-stop p90", lambda f: p(f.stopping, 0.9))
+    ratio = ours.median("tasks/get") / ours.median("tools/list")
     check("a poll <= 1.2x the server CPU of a tools/list", ratio <= 1.2, f"{ratio:.2f}x")
+    beyond = ours.per_task - ours.result_bytes
     check(
         "<= 4 kB of Redis memory per stored task beyond its result",
         beyond <= 4096,
         f"{beyond:.0f} B",
     )
-    p50 = statistics.median(stopping)
-    check("cancel-to-stop of a polling task p50 <= 50 ms", p50 <= 0.05, f"{p50 * 1e3:.1f} ms")
+    stop_p50 = statistics.median(ours.stopping)
+    check(
+        "cancel-to-stop of a polling task p50 <= 50 ms",
+        stop_p50 <= 0.05,
+        f"{stop_p50 * 1e3:.1f} ms",
+    )
+    if peer is not None:
+        faster = statistics.median(peer.stopping) / stop_p50
+        check("cancel-to-stop at least 2x faster than fastmcp-tasks", faster >= 2, f"{faster:.1f}x")
+        cpu = ours.median("tasks/get") / peer.median("tasks/get")
+        check("no more server CPU per poll than fastmcp-tasks", cpu <= 1.0, f"{cpu:.2f}x")
 
 
 def main() -> None:
@@ -302,6 +361,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--samples", type=int, default=40)
+    parser.add_argument("--no-peer", action="store_true", help="skip fastmcp-tasks")
     asyncio.run(run(parser.parse_args()))
 
 

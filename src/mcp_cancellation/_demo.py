@@ -7,7 +7,9 @@ A stateless Streamable HTTP server built with the ``mcp`` SDK's ``MCPServer``, b
 ``slow_count(seconds)``
     counts to *seconds*, one step per second, reporting progress and polling
     :func:`~mcp_cancellation.raise_if_cancelled` every ``poll_interval``; a cancelled call
-    answers JSON-RPC ``-32800``;
+    answers JSON-RPC ``-32800``; for a client that declares the tasks extension
+    (``io.modelcontextprotocol/tasks``, protocol 2026-07-28) it runs as a task, which
+    ``tasks/get`` polls and ``tasks/cancel`` stops;
 ``stubborn_sleep(seconds)``
     sleeps without ever polling: only the middleware's ``stream_cancel_timeout`` stops it
     once its client has gone;
@@ -55,6 +57,7 @@ with requires("mcp", "mcp-cancellation demo"):
         loopback_transport_security,
         tool_names,
     )
+    from .tasks import TasksExtension
 
 __all__ = ["add_parser", "build_demo_app", "build_demo_server", "registry_from_args", "run"]
 
@@ -64,12 +67,21 @@ logger = logging.getLogger("mcp_cancellation.demo")
 DEFAULT_POLL_INTERVAL = 0.1
 
 
-def build_demo_server(*, poll_interval: float = DEFAULT_POLL_INTERVAL) -> MCPServer:
-    """The demo's ``MCPServer`` and its tools (see the module docstring)."""
+def build_demo_server(
+    *,
+    poll_interval: float = DEFAULT_POLL_INTERVAL,
+    registry: CancellationRegistry | None = None,
+) -> MCPServer:
+    """The demo's ``MCPServer`` and its tools (see the module docstring); with *registry*,
+    ``slow_count`` also runs as a task (SEP-2663) for clients that declare the extension."""
+    extensions: list[TasksExtension] = []
+    if registry is not None:
+        extensions.append(TasksExtension(registry, tools={"slow_count"}, poll_interval=0.5))
     server = MCPServer(
         "mcp-cancellation-demo",
         instructions="Call slow_count, then cancel it from another request or by hanging up.",
         log_level="WARNING",
+        extensions=extensions,
     )
 
     @server.tool()
@@ -172,7 +184,7 @@ def build_demo_app(
     *host* is the address the server listens on; the SDK turns on its DNS-rebinding
     protection (Host/Origin allow-list) for loopback hosts.
     """
-    server = build_demo_server(poll_interval=poll_interval)
+    server = build_demo_server(poll_interval=poll_interval, registry=registry)
     security = loopback_transport_security(host)
     mcp_app = server.streamable_http_app(
         stateless_http=True,

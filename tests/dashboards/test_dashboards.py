@@ -95,6 +95,11 @@ def test_panels_cover_the_issue() -> None:
         "Tool calls per second by tool",
         "Share of tool calls cancelled",
         "Duration of cancelled and completed calls (p95)",
+        "Tasks created and ended per second",
+        "Tasks running by tool",
+        "Task duration by tool",
+        "Calls refused as tasks",
+        "Share of tasks failing",
     } <= titles["overview.json"]
     assert {
         "Top scopes by rows",
@@ -102,6 +107,7 @@ def test_panels_cover_the_issue() -> None:
         "Top rejected scopes",
         "Rejection rate by scope kind",
         "Share of the table held by the largest scopes",
+        "Task rejections by scope kind",
     } <= titles["abusive-scopes.json"]
     used: set[str] = set()
     for name in NAMES:
@@ -124,6 +130,8 @@ def test_alert_rules_are_valid() -> None:
         "MCPCancellationScopePinnedAtQuota",
         "MCPCancellationStorageDown",
         "MCPCancellationToolIgnoresCancellation",
+        "MCPCancellationTasksFailing",
+        "MCPCancellationTaskQuotaReached",
     }
 
 

@@ -21,7 +21,7 @@ DASHBOARDS = project_root() / "dashboards"
 def test_check_rules() -> None:
     result = promtool("check", "rules", str(DASHBOARDS / "alerts.yaml"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_rule_unit_tests() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 from typing import Any
 
 import uvicorn
@@ -29,6 +30,16 @@ class Name(BaseModel):
     name: str
 
 
+def mark_stopped(key: str) -> None:
+    """Set *key* in the Redis at ``$MCP_BENCH_MARKER_URL`` (the benchmark's stop watch)."""
+    from redis import Redis
+
+    url = os.environ.get("MCP_BENCH_MARKER_URL")
+    if url:
+        with Redis.from_url(url) as client:
+            client.set(key, "1", ex=60)
+
+
 def build_tasks_app(registry: CancellationRegistry, **options: Any) -> Any:
     options.setdefault("poll_interval", 0.05)
     options.setdefault("kill_after", 0.5)
@@ -36,13 +47,17 @@ def build_tasks_app(registry: CancellationRegistry, **options: Any) -> Any:
     server = MCPServer("tasks", extensions=[extension])
 
     @server.tool()
-    async def slow_count(n: int, ctx: Context, step: float = 0.02) -> str:
-        for i in range(n):
-            if cancelled():
-                return f"stopped at {i}"
-            await ctx.report_progress(i, n, f"counted {i}")
-            await asyncio.sleep(step)
-        return f"counted to {n}"
+    async def slow_count(n: int, ctx: Context, step: float = 0.02, marker: str = "") -> str:
+        try:
+            for i in range(n):
+                if cancelled():
+                    return f"stopped at {i}"
+                await ctx.report_progress(i, n, f"counted {i}")
+                await asyncio.sleep(step)
+            return f"counted to {n}"
+        finally:
+            if marker:  # benchmarks/tasks.py: when the tool stopped, seen from outside
+                mark_stopped(marker)
 
     @server.tool()
     async def stubborn(seconds: float) -> str:

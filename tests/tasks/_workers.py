@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+import venv
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +25,33 @@ HEADERS = {
     "content-type": "application/json",
     "mcp-protocol-version": MODERN,
 }
+
+
+#: What the FastMCP tasks client's virtualenv holds (any release of the 4.x line that
+#: speaks SEP-2663), and where it lives (reused across runs;
+#: MCP_CANCELLATION_TASKS_CLIENT_VENV overrides).
+CLIENT_REQUIREMENT = "fastmcp-tasks>=4.1.4,<5"
+CLIENT_VENV = Path(
+    os.environ.get("MCP_CANCELLATION_TASKS_CLIENT_VENV", project_root() / ".venv-tasks-client")
+)
+
+
+def client_venv() -> Path:
+    """The Python of the virtualenv holding FastMCP with ``fastmcp-tasks`` (which pins
+    ``fastmcp-slim``, so it cannot share the project's), created from the package index on
+    first use and whenever the requirement changes."""
+    python = CLIENT_VENV / "bin" / "python"
+    marker = CLIENT_VENV / ".requirement"
+    if not python.exists() or not marker.exists() or marker.read_text() != CLIENT_REQUIREMENT:
+        venv.create(CLIENT_VENV, with_pip=True, clear=True)
+        command = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        done = subprocess.run(
+            [*command, CLIENT_REQUIREMENT], capture_output=True, text=True, timeout=600
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"pip install {CLIENT_REQUIREMENT} failed:\n{done.stderr}")
+        marker.write_text(CLIENT_REQUIREMENT)
+    return python
 
 
 def _answers(port: int) -> bool:

@@ -425,14 +425,20 @@ OVERVIEW: tuple[Panel | Row, ...] = (
     ),
     Panel(
         "timeseries",
-        "Task duration (p95) by tool",
-        "How long tasks ran from creation to their end, by tool (the 95th percentile).",
+        "Task duration by tool",
+        "How long tasks ran from creation to their end, by tool: the 95th percentile and "
+        "the mean.",
         "s",
         (
             Target(
                 "histogram_quantile(0.95, sum by (le, tool) "
                 f"(rate({metric('task_duration_seconds_bucket')}[{RATE}])))",
-                "{{tool}}",
+                "p95 {{tool}}",
+            ),
+            Target(
+                f"sum by (tool) (rate({metric('task_duration_seconds_sum')}[{RATE}])) "
+                f"/ sum by (tool) (rate({metric('task_duration_seconds_count')}[{RATE}]))",
+                "mean {{tool}}",
             ),
         ),
         w=8,

@@ -133,6 +133,7 @@ _OPTIONS: tuple[tuple[str, Callable[[str], Any], str], ...] = (
     ("ignorers", int, "clients calling a tool that ignores cancellation, and cancelling it"),
     ("ignorer_tool", str, "the tool they call"),
     ("ignorer_call_seconds", float, "its length"),
+    ("task_clients", int, "clients running slow_count as tasks (SEP-2663), if the server has them"),
 )
 
 

@@ -40,6 +40,9 @@ class SimulationConfig:
     ignorers: int = 0
     ignorer_tool: str = "ignores_cancellation"
     ignorer_call_seconds: float = 15.0
+    #: clients that run ``slow_count`` as tasks (SEP-2663): create one, poll it with
+    #: ``tasks/get`` and, as often as ``cancel_share`` says, stop it with ``tasks/cancel``
+    task_clients: int = 1
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -48,7 +51,8 @@ class SimulationConfig:
             raise ValueError("duration must be in (0, 3600] seconds")
         if self.max_requests < 1:
             raise ValueError("max_requests must be at least 1")
-        for name in ("clients", "flood_addresses", "hogs", "hog_calls", "flood_max_id", "ignorers"):
+        names = ("clients", "flood_addresses", "hogs", "hog_calls", "flood_max_id", "ignorers")
+        for name in (*names, "task_clients"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         if not 0 <= self.cancel_share <= 1 or not 0 <= self.flood_invalid_share <= 1:
@@ -81,6 +85,9 @@ class SimulationStats:
     flood_ignored: int = 0
     hog_calls: int = 0
     ignored_calls: int = 0
+    tasks_created: int = 0
+    tasks_completed: int = 0
+    tasks_cancelled: int = 0
     transport_errors: int = 0
     http_errors: int = 0
     elapsed: float = 0.0

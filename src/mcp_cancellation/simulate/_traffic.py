@@ -1,5 +1,5 @@
-"""The three populations of a simulation (clients, flood, hogs) over raw MCP Streamable
-HTTP, and the budget that bounds them (private)."""
+"""The populations of a simulation (clients, flood, hogs, ignorers, task clients) over raw
+MCP Streamable HTTP, and the budget that bounds them (private)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,20 @@ _HEADERS = {
     "Content-Type": "application/json",
     "Accept": "application/json, text/event-stream",
     "MCP-Protocol-Version": PROTOCOL_VERSION,
+}
+
+
+#: What a task client sends: protocol 2026-07-28, declaring the tasks extension per request.
+_TASK_HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2026-07-28",
+}
+_TASK_META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {
+        "extensions": {"io.modelcontextprotocol/tasks": {}}
+    },
 }
 
 
@@ -119,6 +133,9 @@ class Simulation:
         self.budget = _Budget(config, self.stats, stop)
         self.random = random.Random(config.seed)
         self.url = config.url
+        self._task_ids = itertools.count(1)
+        # The task clients' own draws: the other populations' stay what a seed gave them.
+        self._task_random = random.Random(None if config.seed is None else config.seed + 1)
 
     async def _post(
         self, client: httpx.AsyncClient, address: str, payload: object
@@ -276,6 +293,75 @@ class Simulation:
             if self.budget.stop.is_set():
                 return
 
+    async def _task_request(
+        self, client: httpx.AsyncClient, address: str, method: str, params: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """One request at protocol 2026-07-28 that declares the tasks extension; the
+        answer's ``result``, or ``None``."""
+        if not self.budget.take():
+            return None
+        payload = {
+            "jsonrpc": "2.0",
+            "id": next(self._task_ids),
+            "method": method,
+            "params": {**params, "_meta": _TASK_META},
+        }
+        headers = {**_TASK_HEADERS, "Mcp-Method": method, "X-Forwarded-For": address}
+        if method == "tools/call":
+            headers["Mcp-Name"] = str(params["name"])
+        try:
+            response = await client.post(self.url, headers=headers, content=json.dumps(payload))
+        except httpx.HTTPError as exc:
+            self.stats.transport_errors += 1
+            self._report_transport_error(payload, address, exc)
+            return None
+        if response.status_code >= 500:
+            self.stats.http_errors += 1
+        messages = _parse_messages(response, response.content)
+        result = next((m.get("result") for m in messages if "result" in m), None)
+        return result if isinstance(result, dict) else None
+
+    async def task_client(self, client: httpx.AsyncClient, index: int) -> None:
+        """Run ``slow_count`` as a task (SEP-2663): create it, poll ``tasks/get`` at its
+        interval, and (``cancel_share`` of the time) stop it with ``tasks/cancel``."""
+        address = f"192.0.2.{150 + index}"
+        seconds = self.config.call_seconds
+        while not self.budget.stop.is_set():
+            created = await self._task_request(
+                client,
+                address,
+                "tools/call",
+                {"name": "slow_count", "arguments": {"seconds": seconds}},
+            )
+            if created is None:
+                if not await self.budget.sleep(0.5):
+                    return
+                continue
+            if created.get("resultType") != "task":
+                return  # a server without tasks ran it as a plain call: nothing to simulate
+            self.stats.tasks_created += 1
+            task = {"taskId": created["taskId"]}
+            interval = max(0.05, int(created.get("pollIntervalMs", 500)) / 1000)
+            draw = self._task_random
+            cancel_at = time.monotonic() + draw.uniform(0.3, max(0.4, seconds * 0.8))
+            cancelling = draw.random() < self.config.cancel_share
+            while True:
+                if not await self.budget.sleep(interval):
+                    return
+                if cancelling and time.monotonic() >= cancel_at:
+                    await self._task_request(client, address, "tasks/cancel", task)
+                    cancelling = False
+                found = await self._task_request(client, address, "tasks/get", task)
+                status = found.get("status") if found is not None else None
+                if status == "completed":
+                    self.stats.tasks_completed += 1
+                    break
+                if status in ("cancelled", "failed") or found is None:
+                    self.stats.tasks_cancelled += status == "cancelled"
+                    break
+            if not await self.budget.sleep(self._task_random.uniform(0.05, 0.3)):
+                return
+
     async def flood(self, client: httpx.AsyncClient) -> None:
         """``notifications/cancelled`` for ids 1..N from many addresses, at a fixed rate."""
         if self.config.flood_rate <= 0 or self.config.flood_addresses == 0:
@@ -334,6 +420,9 @@ class Simulation:
             for i in range(self.config.ignorers):
                 c = await stack.enter_async_context(client(4))
                 tasks.append(asyncio.create_task(self.ignorer(c, i)))
+            for i in range(self.config.task_clients):
+                c = await stack.enter_async_context(client(2))
+                tasks.append(asyncio.create_task(self.task_client(c, i)))
             c = await stack.enter_async_context(client(_FLOOD_CONNECTIONS))
             tasks.append(asyncio.create_task(self.flood(c)))
             try:
