@@ -426,8 +426,7 @@ OVERVIEW: tuple[Panel | Row, ...] = (
     Panel(
         "timeseries",
         "Task duration by tool",
-        "How long tasks ran from creation to their end, by tool: the 95th percentile and "
-        "the mean.",
+        "How long tasks ran from creation to their end, by tool: the 95th percentile and the mean.",
         "s",
         (
             Target(
