@@ -32,7 +32,7 @@ class Name(BaseModel):
 
 def mark_stopped(key: str) -> None:
     """Set *key* in the Redis at ``$MCP_BENCH_MARKER_URL`` (the benchmark's stop watch)."""
-    from redis import Redis
+    from redis.client import Redis
 
     url = os.environ.get("MCP_BENCH_MARKER_URL")
     if url:
