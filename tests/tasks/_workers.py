@@ -4,10 +4,7 @@ on a shared Redis (``tests/tasks/_app.py``), or one in-process server on memory.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
-import tempfile
 import venv
 from pathlib import Path
 from typing import Any
@@ -15,7 +12,8 @@ from typing import Any
 import httpx
 
 from ..jsonrpc import MODERN
-from ..support import ServerLog, project_root, start_on_free_port, stop_process
+from ..storage.redis._workers import Worker
+from ..support import project_root
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 #: How many tasks one scope may hold on the test servers (``_app.py``'s ``--quota``).
@@ -54,45 +52,15 @@ def client_venv() -> Path:
     return python
 
 
-def _answers(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/", timeout=1).status_code > 0
-    except httpx.TransportError:
-        return False
+class TaskWorker(Worker):
+    """A uvicorn worker subprocess serving ``tests/tasks/_app.py`` on a free port; its
+    :attr:`url` is the server's base URL (the app serves ``/mcp`` and ``/metrics``)."""
 
-
-class TaskWorker:
-    """A uvicorn worker subprocess serving ``tests/tasks/_app.py`` on a free port."""
-
-    def __init__(self, redis_url: str, prefix: str, **options: float) -> None:
-        self.log = tempfile.NamedTemporaryFile(prefix="tasks-", suffix=".log", delete=False)  # noqa: SIM115
-        self.server_log = ServerLog("tasks worker", self.log.name)
-        extra: list[str] = []
-        for name, value in options.items():
-            extra += [f"--{name.replace('_', '-')}", str(value)]
-
-        def spawn(port: int) -> subprocess.Popen[bytes]:
-            command = [sys.executable, "-m", "tests.tasks._app", "--port", str(port)]
-            command += ["--redis-url", redis_url, "--prefix", prefix, *extra]
-            return subprocess.Popen(
-                command, cwd=project_root(), stdout=self.log, stderr=subprocess.STDOUT
-            )
-
-        self.port, self.process = start_on_free_port(spawn, _answers, self.server_log)
+    MODULE = "tests.tasks._app"
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    def kill(self) -> None:
-        os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        stop_process(self.process)
-        self.log.close()
-        self.server_log.keep()
-        os.unlink(self.log.name)
 
 
 class Caller:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
 
 from mcp_cancellation import CancellationRegistry, MemoryStorage
@@ -40,3 +41,9 @@ def servers(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     finally:
         a.stop()
         b.stop()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+        yield client

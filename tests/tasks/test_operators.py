@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -17,12 +16,6 @@ from ._workers import Caller, TaskWorker
 from .test_tasks import address, until_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
-        yield client
 
 
 async def _inspect_and_cancel(url: str, http: httpx.AsyncClient, partitions: int) -> None:

@@ -29,7 +29,10 @@ def _answers(port: int) -> bool:
 
 
 class Worker:
-    """A uvicorn worker subprocess on a free port, serving once constructed."""
+    """A uvicorn worker subprocess on a free port, serving once constructed: the module
+    :attr:`MODULE` run with ``--port``, ``--redis-url``, ``--prefix`` and *options*."""
+
+    MODULE = "tests.storage.redis._worker"
 
     def __init__(self, redis_url: str, prefix: str, **options: float) -> None:
         self.log = tempfile.NamedTemporaryFile(prefix="worker-", suffix=".log", delete=False)  # noqa: SIM115
@@ -43,7 +46,7 @@ class Worker:
                 [
                     sys.executable,
                     "-m",
-                    "tests.storage.redis._worker",
+                    self.MODULE,
                     "--port",
                     str(port),
                     "--redis-url",
