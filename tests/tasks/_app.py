@@ -4,7 +4,7 @@ progress), ``stubborn`` (ignores it), ``ask_name`` (elicits), ``sized`` (a resul
 given size), ``broken`` (a tool error) and ``quick`` (a plain tool, never a task).
 
 Run as ``python -m tests.tasks._app --port P --redis-url URL --prefix PREFIX`` for a
-worker process of its own.
+worker process of its own (which also serves ``POST /hog?ms=N``: a busy event loop).
 """
 
 from __future__ import annotations
@@ -100,6 +100,8 @@ def main() -> None:
     from mcp_cancellation.storage import Storage
     from mcp_cancellation.storage.redis import PartitionedRedisStorage, RedisStorage
 
+    from ..storage.redis._worker import hogging
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--redis-url", required=True)
@@ -120,7 +122,8 @@ def main() -> None:
         storage = RedisStorage.from_url(args.redis_url, **options)
     registry = CancellationRegistry(storage, janitor_interval=0.5)
     uvicorn.run(
-        build_tasks_app(registry, ttl=args.ttl, max_tasks_per_scope=args.quota),
+        # POST /hog?ms=N: N ms of CPU-bound work on the worker's loop (see hogging).
+        hogging(build_tasks_app(registry, ttl=args.ttl, max_tasks_per_scope=args.quota)),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

@@ -5,9 +5,9 @@ seeing only its own tasks."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -20,12 +20,6 @@ from ._app import build_tasks_app
 from ._workers import QUOTA, Caller, TaskWorker
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
-        yield client
 
 
 def address() -> str:
@@ -426,3 +420,30 @@ def _value(text: str, series: str) -> float:
 
 def _delta(before: str, after: str, series: str) -> float:
     return _value(after, series) - _value(before, series)
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("busy_ms", [300, 800])
+async def test_a_cancel_sent_while_the_owner_s_loop_is_busy_stops_the_task(
+    redis_server: RedisServer, http: httpx.AsyncClient, busy_ms: int
+) -> None:
+    """The owning worker's loop is held by CPU-bound work (``/hog``) from right after the
+    task's creation, longer than ``track_wait`` in the second case; ``tasks/cancel`` goes
+    to the idle worker meanwhile, is answered, and the task ends ``cancelled`` once the
+    owner's loop is free again (never ``completed``)."""
+    prefix = f"tasks-{uuid.uuid4().hex[:8]}"
+    owner = TaskWorker(redis_server.url, prefix)
+    idle = TaskWorker(redis_server.url, prefix)
+    try:
+        caller = Caller(http, address())
+        for _ in range(3):
+            task_id = await caller.create(owner.url, "slow_count", {"n": 300, "step": 0.01})
+            hog = asyncio.create_task(http.post(f"{owner.url}/hog?ms={busy_ms}"))
+            answer = await caller.rpc(idle.url, "tasks/cancel", {"taskId": task_id})
+            assert answer["result"]["resultType"] == "complete"
+            assert (await hog).status_code == 204
+            ended = await until_status(caller, idle.url, task_id, {"cancelled", "completed"})
+            assert ended["status"] == "cancelled", ended
+    finally:
+        owner.stop()
+        idle.stop()

@@ -199,8 +199,11 @@ class TasksExtension(Extension):
     ) -> HandlerResult:
         record = await self._find(ctx, params)
         if record.status in ACTIVE:
+            # cancel(), not cancel_in_flight(): a task id is never reused, so a
+            # cancellation recorded before its run's track reached the table (its worker's
+            # loop busy) waits for that track instead of lapsing after track_wait.
             try:
-                await self.registry.cancel_in_flight(
+                await self.registry.cancel(
                     record.task_id, "tasks/cancel", record.scope, method="tasks/cancel"
                 )
             except StorageUnavailable as exc:
