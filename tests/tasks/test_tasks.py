@@ -6,6 +6,7 @@ seeing only its own tasks."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from typing import Any
@@ -51,7 +52,9 @@ async def test_a_task_created_on_one_worker_is_read_at_once_and_completes_on_the
     created = answer["result"]
     assert created["resultType"] == "task"
     assert created["status"] == "working"
-    assert len(created["taskId"]) >= 22  # at least 128 random bits, url-safe
+    # 192 random bits, in hex: no id starts with "-" (the CLI's --id would take it for
+    # an option).
+    assert re.fullmatch("[0-9a-f]{48}", created["taskId"]), created["taskId"]
     for name in ("createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"):
         assert name in created, created
     first = await caller.get(b, created["taskId"])  # durably recorded before the answer

@@ -157,7 +157,9 @@ class TasksExtension(Extension):
         scope = token.scope
         now = now_ms()
         record = TaskRecord(
-            task_id=secrets.token_urlsafe(24),  # 192 random bits
+            # 192 random bits, in hex: no id starts with "-", which a command line would
+            # read as an option (mcp-cancellation cancel --id ...).
+            task_id=secrets.token_hex(24),
             scope=scope,
             tool=params.name,
             status="working",
