@@ -12,7 +12,8 @@ the same run against the same server: a straightforward multi-command implementa
   the cap, reads every row back to pick the eviction batch (the seed's algorithm).
 
 Round trips are counted by a connection class that counts what it sends (a pipeline or
-a script call is one); times are the best of several rounds.
+a script call is one); times are the best of several rounds. Case 5 (``owners``) has no
+naive baseline: its baseline is the same cancellation with two owners, against thousands.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import contextlib
 from _common import address_scope, check, quiet_gc, report
 from redis.asyncio import Redis
 from redis.asyncio.connection import Connection
-from tests.support import RedisServer
+from tests.support import HeldRequest, RedisServer, async_wait_until
 
 from mcp_cancellation import CancellationLimitReached, CancellationRegistry
 from mcp_cancellation.storage._base import Limits
@@ -402,16 +403,85 @@ def bench_expiry(url: str) -> dict[str, float]:
     return figures
 
 
+# -- 5. a cancellation of one id with thousands of owners --------------------------------
+
+#: Owners of one id, split over two workers: the baseline, and thousands.
+OWNER_COUNTS = (2, 200, 5_000)
+
+
+async def _cancel_owners(url: str, prefix: str, owners: int) -> tuple[float, float]:
+    """Two workers hold *owners* calls of one id between them; a third cancels it. Returns
+    the ``ADD`` script's Redis time (SLOWLOG) and the time until every token was flipped."""
+    storages = [RedisStorage.from_url(url, prefix=prefix) for _ in range(3)]
+    registries = [CancellationRegistry(s, janitor_interval=None) for s in storages]
+    workers, canceller = registries[:2], registries[2]
+    client = storages[0].client
+    held: list[HeldRequest] = []
+    try:
+        await client.flushdb()
+        for registry in registries:
+            await registry.stats()  # its first call: the listener subscribes, then resyncs
+        await async_wait_until(lambda: all(s.subscribed and s.resyncs for s in storages))
+        held = [HeldRequest(workers[i % 2], 7, "s") for i in range(owners)]
+        tokens = await asyncio.gather(*(h.started() for h in held))
+        for registry in workers:
+            await registry.stats()  # every track has reached Redis
+        await client.config_set("slowlog-log-slower-than", 0)
+        await client.slowlog_reset()
+        with quiet_gc():
+            started = time.perf_counter()
+            assert await canceller.cancel_in_flight(7, "owners-bench", scope="s")
+            await async_wait_until(lambda: all(t.cancelled for t in tokens), 30, 0.001)
+            elapsed = time.perf_counter() - started
+        entries = await client.slowlog_get(128)
+        (add,) = [e["duration"] for e in entries if b"owners-bench" in e["command"]]
+        return add / 1e6, elapsed
+    finally:
+        await client.config_set("slowlog-log-slower-than", 10_000)
+        for h in held:
+            h.release.set()
+        await asyncio.gather(*(h.task for h in held), return_exceptions=True)
+        for registry in registries:
+            await registry.aclose()
+
+
+def bench_many_owners(url: str) -> dict[str, float]:
+    print("5. a cancellation of one id held by many owners (two workers): ADD's Redis time")
+    best: dict[int, tuple[float, float]] = {}
+    for owners in OWNER_COUNTS:
+        runs = [asyncio.run(_cancel_owners(url, f"owners{owners}", owners)) for _ in range(ROUNDS)]
+        best[owners] = (min(a for a, _ in runs), min(e for _, e in runs))
+    base_add, base_flip = best[OWNER_COUNTS[0]]
+    figures = {"two_owners_add_us": base_add * 1e6}
+    for owners in OWNER_COUNTS[1:]:
+        add, flip = best[owners]
+        report(f"ADD, {owners} owners vs {OWNER_COUNTS[0]}", add, base_add)
+        report(
+            f"until all {owners} tokens flipped vs {OWNER_COUNTS[0]}", flip, base_flip, "ms", 1e3
+        )
+        figures[f"owners{owners}_add_us"] = add * 1e6
+        figures[f"owners{owners}_flip_ms"] = flip * 1e3
+    worst = best[OWNER_COUNTS[-1]][0] / base_add
+    check(
+        f"ADD's Redis time does not grow with the owners ({OWNER_COUNTS[-1]} within 2x of "
+        f"{OWNER_COUNTS[0]})",
+        worst <= 2,
+        f"{worst:.2f}x",
+    )
+    return figures
+
+
 CASES = {
     "life": bench_request_life,
     "cap": bench_cancel_at_cap,
     "flood": bench_small_scope_victims,
     "expiry": bench_expiry,
+    "owners": bench_many_owners,
 }
 
 
 def main() -> int:
-    """``python benchmarks/redis.py [life] [cap] [flood] [expiry]``: the cases named, else
+    """``python benchmarks/redis.py [life] [cap] [flood] [expiry] [owners]``: the cases named, else
     all."""
     names = sys.argv[1:] or list(CASES)
     unknown = [name for name in names if name not in CASES]

@@ -43,7 +43,7 @@ def test_one_owner_is_a_pair_and_more_owners_share_the_request() -> None:
     table.add("s", "1", "owner-b", b)
     assert table.count("s", "1") == 2
     assert table.tokens("s", "1") == [a, b]
-    assert table.tokens("s", "1", only={"owner-b"}) == [b]
+    assert table.owners("s", "1") == [("owner-a", a), ("owner-b", b)]
     assert not table.discard("s", "1", "owner-c")
     assert table.discard("s", "1", "owner-a")
     assert table.tokens("s", "1") == [b]

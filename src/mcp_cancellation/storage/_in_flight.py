@@ -84,14 +84,17 @@ class InFlightTokens(dict[tuple[str, str], _Owners]):
             return False
         return entry[0] == owner if isinstance(entry, tuple) else owner in entry
 
-    def tokens(
-        self, scope: str, key: str, only: Collection[str] | None = None
-    ) -> list[RequestToken]:
-        """The tokens of ``(scope, key)``, of the owners in *only* if given."""
+    def owners(self, scope: str, key: str) -> list[tuple[str, RequestToken]]:
+        """The ``(owner, token)`` pairs of ``(scope, key)``."""
+        entry = self.get((scope, key))
+        return [] if entry is None else list(_items(entry))
+
+    def tokens(self, scope: str, key: str) -> list[RequestToken]:
+        """The tokens of ``(scope, key)``."""
         entry = self.get((scope, key))
         if entry is None:
             return []
-        return [token for owner, token in _items(entry) if only is None or owner in only]
+        return [token for _, token in _items(entry)]
 
     def sweep(self, dead: Collection[str]) -> list[Row]:
         """Remove every row whose owner is in *dead*; the rows removed."""

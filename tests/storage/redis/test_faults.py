@@ -279,9 +279,11 @@ async def test_a_late_finish_leaves_the_cancellation_of_a_request_still_in_fligh
             await async_wait_until(lambda: failing.resyncs > resyncs, within=10)
             assert await _row_gone(observer)
             assert await observer.is_tracked("s", "r")  # the other request, still running
-            # A resync of the other worker would find its request's cancellation: its mark.
-            fields = await observer.client.hgetall(observer.key("f:", "1:sr"))
-            assert [v for f, v in fields.items() if f[:1] in (b"!", "!")] == [b"+stop"]
+            # A resync of the other worker would find its request's cancellation: the
+            # mark, at the sequence of the request's last track, reaches its owner.
+            mark = await observer.client.hget(observer.key("fw:", "1:sr"), "!")
+            assert isinstance(mark, bytes)
+            assert mark.endswith(b":+stop")
             await running.resync()
             assert other[0].cancelled
             leave.set()
@@ -355,7 +357,8 @@ async def test_a_resync_releases_the_rows_redis_holds_for_this_worker_beyond_its
         worker = storage.worker_id
         flight = storage.key("f:", "1:s2")
         entry = b"4:1:s2" + b"gone-owner"
-        await raw.hset(flight, b"gone-owner", worker)
+        await raw.hset(flight, b"gone-owner", "1:" + worker)
+        await raw.hset(storage.key("fw:", "1:s2"), mapping={"#": 1, worker: 1})
         await raw.hincrby(storage.key("fs"), "s", 1)
         await raw.sadd(storage.key("w:", worker), entry)
         result = await storage.add("s", "2", "old", limits=Limits(), require_in_flight=True)

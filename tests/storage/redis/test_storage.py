@@ -26,7 +26,7 @@ from mcp_cancellation import (
 from mcp_cancellation.storage._base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
-from ...support import MakeRegistry, RedisServer, async_wait_until, env
+from ...support import HeldRequest, MakeRegistry, RedisServer, async_wait_until, env
 from ._helpers import CountingConnection, MakeStorage, calls_between, command_calls, settled
 
 pytestmark = pytest.mark.redis
@@ -242,6 +242,29 @@ async def test_push_flips_only_the_owners_that_tracked_at_the_time(
     assert not tokens[1].cancelled
     hold.set()
     await second
+
+
+async def test_a_push_reaches_only_the_owners_tracked_at_or_before_its_mark(
+    make_registry: MakeRegistry, raw: Redis
+) -> None:
+    """A pushed message carries the sequence of its mark: a message that arrives late,
+    after a later call of the id was tracked, does not flip that call."""
+    worker, other = make_registry(), make_registry()
+    storage = worker.storage
+    assert isinstance(storage, RedisStorage)
+    async with HeldRequest(worker, 9, "s") as first:
+        await settled(storage)
+        assert await other.cancel_in_flight(9, "stop", scope="s")
+        await async_wait_until(lambda: first.cancelled, within=5)
+        async with HeldRequest(worker, 9, "s") as second:
+            await storage.stats()  # its track, sequence 2, has reached Redis
+            channel = storage.key("c:", storage.worker_id)
+            # The first cancellation's message again, as if delayed (sequence 1), then one
+            # whose mark reaches the second call (messages on a channel keep their order).
+            await raw.publish(channel, b"1:s1:95:+stop1:@1:1")
+            await raw.publish(channel, b"1:s1:95:+late1:@1:2")
+            await async_wait_until(lambda: second.cancelled, within=5)
+            assert second.reason == "late"
 
 
 async def test_a_message_lost_while_disconnected_is_recovered_by_resync(

@@ -66,8 +66,9 @@ async def test_a_killed_workers_rows_go_after_the_heartbeat_ttl(
     call = asyncio.create_task(http.post(doomed.url, json=call_body(3, 30)))
     await async_wait_until(lambda: tracked(observer, 3), within=10)
     flight = observer.key("f:", f"{len(CALLER)}:{CALLER}3")
-    (owner_worker,) = await observer.client.hvals(flight)
-    heartbeat = observer.key("hb:", owner_worker.decode())  # type: ignore[union-attr]
+    (track,) = await observer.client.hvals(flight)  # '<sequence>:<worker>'
+    assert isinstance(track, bytes)
+    heartbeat = observer.key("hb:", track.decode().partition(":")[2])
     doomed.kill()
     with pytest.raises(httpx.TransportError):
         await call

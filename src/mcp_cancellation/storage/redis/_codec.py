@@ -50,20 +50,29 @@ def member(scope: str, key: str) -> bytes:
     return str(len(raw)).encode() + b":" + raw + to_bytes(key)
 
 
-def decode_in_flight(entry: bytes, info: bytes, mark: bytes | None) -> InFlightRequest:
+def decode_in_flight(
+    entry: bytes, info: bytes, track: bytes | None, mark: bytes | None
+) -> InFlightRequest:
     """An in-flight row as the operator view reads it: its entry ``<#m>:<m><owner>``, its
-    info (start in ms, worker, tool) and its owner's cancellation mark, if any."""
+    info (start in ms, worker, tool), its owner's track ``<sequence>:<worker>`` and the
+    request's mark ``<sequence>:<reason>``, if any (it reaches the owners of a sequence
+    at or before its own)."""
     m, _owner = _split_one(to_bytes(entry))
     scope, key = _split_one(m)
     started, worker, tool = to_bytes(info).split(b"\t", 2)
+    reason: bytes | None = None
+    if track is not None and mark is not None:
+        reached, _, value = to_bytes(mark).partition(b":")
+        if int(to_bytes(track).partition(b":")[0]) <= int(reached):
+            reason = value
     return InFlightRequest(
         scope=text(scope),
         request_id=text(key),
         worker=text(worker),
         tool=text(tool) or None,
         started=int(started) / 1000,
-        cancelled=mark is not None,
-        reason=None if mark is None else decode_reason(mark),
+        cancelled=reason is not None,
+        reason=None if reason is None else decode_reason(reason),
     )
 
 

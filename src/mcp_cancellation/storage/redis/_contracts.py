@@ -24,6 +24,7 @@ __all__ = [
     "SyncCall",
     "SyncOp",
     "SyncReply",
+    "Tracked",
     "WithdrawCall",
     "decode_summary",
     "summary_argv",
@@ -177,33 +178,50 @@ class SyncCall:
 @dataclasses.dataclass(frozen=True, slots=True)
 class SyncReply:
     """``SYNC``'s reply: the table's epoch, whether the epoch the worker knew is lost,
-    whether its heartbeat was missing, per track the cancellation it claimed (``None``:
-    none; else a :class:`Claim`, whose reason may be ``None``), and the rows a resync
-    released as stale."""
+    whether its heartbeat was missing, what each track got (:class:`Tracked`, in the
+    order of the tracks sent), and the rows a resync released as stale."""
 
     epoch: str
     lost: bool
     beat_missing: bool
-    claims: list[Claim | None]
+    tracks: list[Tracked]
     stale: int
 
     @classmethod
     def decode(cls, reply: Sequence[Any]) -> SyncReply:
+        pairs = reply[3:-1]
         return cls(
             text(reply[0]),
             bool(int(reply[1])),
             bool(int(reply[2])),
-            [None if v is None else Claim(decode_reason(v)) for v in reply[3:-1]],
+            [
+                Tracked(
+                    int(pairs[i]),
+                    None if pairs[i + 1] is None else Claim(decode_reason(pairs[i + 1])),
+                )
+                for i in range(0, len(pairs), 2)
+            ],
             int(reply[-1]),
         )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Claim:
-    """A cancellation a track claimed (a pending row, a waiting cancellation, or on a
-    resync its owner's own mark), with its reason."""
+    """The cancellation that reaches an owner as it is tracked (a pending row or a waiting
+    cancellation it claimed; for an owner tracked again, the request's mark), with its
+    reason."""
 
     reason: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Tracked:
+    """What one track got: its owner's *sequence* (the request's tracks are numbered in
+    the order Redis took them; a mark cancels those at or before its own) and the
+    :class:`Claim` that reaches it, if any."""
+
+    sequence: int
+    claim: Claim | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

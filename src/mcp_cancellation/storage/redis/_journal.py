@@ -70,7 +70,7 @@ class Journal:
     prefix: bytes
     heartbeat_ms: str
     #: How long, after this worker saw Redis fail, its calls mark the table as recovering
-    #: (``P lost``: cancellations of ids not in flight are refused meanwhile).
+    #: (``P recovering``: cancellations of ids not in flight are refused meanwhile).
     grace: float
     #: Tells the other workers that Redis refuses this worker's writes.
     announce_refusal: Callable[[], Awaitable[None]]
@@ -84,8 +84,9 @@ class Journal:
         self._lock = threading.Lock()
         self._tokens = InFlightTokens()
         self._queue: list[_Write] = []
-        # Rows whose track Redis has not taken yet: in flight here, unknown there.
-        self._unsent: set[Row] = set()
+        # Each owner's sequence, once Redis has taken its track (before that, it is in
+        # flight here and unknown there).
+        self._sequences: dict[Row, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._quiet: asyncio.Event | None = None
@@ -109,19 +110,22 @@ class Journal:
 
     # -- the token table ---------------------------------------------------------------
 
-    def tokens(
-        self, scope: str, key: str, only: Collection[str] | None = None
-    ) -> list[RequestToken]:
+    def tokens(self, scope: str, key: str) -> list[RequestToken]:
+        """The tokens of this worker's owners of ``(scope, key)``."""
         with self._lock:
-            return self._tokens.tokens(scope, key, only)
+            return self._tokens.tokens(scope, key)
 
-    def pushed(self, scope: str, key: str, owners: Collection[str]) -> list[RequestToken]:
-        """The tokens a pushed cancellation of *owners* reaches: theirs, and those of this
-        worker's requests of ``(scope, key)`` whose track Redis has not taken yet (in
-        flight when the cancellation was recorded, which Redis could not know)."""
+    def pushed(self, scope: str, key: str, sequence: int) -> list[RequestToken]:
+        """The tokens a cancellation pushed with the mark *sequence* reaches: this
+        worker's owners of ``(scope, key)`` tracked at or before it, and those whose track
+        Redis has not answered yet (in flight here when it was recorded)."""
+        sequences = self._sequences
         with self._lock:
-            unsent = {o for s, k, o in self._unsent if s == scope and k == key}
-            return self._tokens.tokens(scope, key, {*owners, *unsent})
+            return [
+                token
+                for owner, token in self._tokens.owners(scope, key)
+                if sequences.get((scope, key, owner), 0) <= sequence
+            ]
 
     def holds(self, scope: str, key: str) -> bool:
         """Whether a request of ``(scope, key)`` is in flight in this worker."""
@@ -132,6 +136,8 @@ class Journal:
         """Forget the rows of *dead* owners and queue their release; the rows."""
         with self._lock:
             rows = self._tokens.sweep(dead)
+            for row in rows:
+                self._sequences.pop(row, None)
         for row in rows:
             self._put(_Write("R", row))
         return rows
@@ -142,7 +148,6 @@ class Journal:
         """Hold *token* here and queue its track; wait for it at most :attr:`wait`."""
         with self._lock:
             self._tokens.add(*row, token)
-            self._unsent.add(row)
         write = _Write("T", row, token)
         self._put(write)
         try:
@@ -160,7 +165,7 @@ class Journal:
         """Forget *row* here and queue its release (``U``, ``R`` or ``F``)."""
         with self._lock:
             self._tokens.discard(*row)
-            self._unsent.discard(row)
+            self._sequences.pop(row, None)
         write = _Write(op, row)
         self._put(write)
         return write
@@ -297,14 +302,12 @@ class Journal:
         op = "heartbeat" if not batch else "track" if batch[0].op == "T" else "finish"
         reply = await self._send(batch, full=False, operation=op)
         del self._queue[: len(batch)]
-        claims = iter(reply.claims)
-        with self._lock:
-            self._unsent.difference_update(w.row for w in batch if w.op == "T")
+        tracks = [write for write in batch if write.op == "T"]
+        self._learn(tracks, reply)
+        for write, tracked in zip(tracks, reply.tracks, strict=True):
+            if tracked.claim is not None and write.token is not None:
+                write.token._cancel(tracked.claim.reason)
         for write in batch:
-            if write.op == "T":
-                claim = next(claims)
-                if claim is not None and write.token is not None:
-                    write.token._cancel(claim.reason)
             write.settle()
         if reply.lost or reply.beat_missing:
             # The table this worker knew is gone, or its heartbeat lapsed (another
@@ -331,12 +334,11 @@ class Journal:
         for write in queued:
             write.settle()
         self.epoch = reply.epoch
-        with self._lock:
-            self._unsent.difference_update((s, k, o) for s, k, o, _ in snapshot)
+        self._learn(writes[: len(snapshot)], reply)
         flipped = 0
-        for (_, _, _, token), claim in zip(snapshot, reply.claims, strict=True):
-            if claim is not None and not token.cancelled:
-                token._cancel(claim.reason)
+        for (_, _, _, token), tracked in zip(snapshot, reply.tracks, strict=True):
+            if tracked.claim is not None and not token.cancelled:
+                token._cancel(tracked.claim.reason)
                 flipped += 1
         self.resyncs += 1
         stale = reply.stale
@@ -347,6 +349,13 @@ class Journal:
             if not waiter.done():
                 waiter.set_result(flipped)
         return flipped
+
+    def _learn(self, tracks: Sequence[_Write], reply: SyncReply) -> None:
+        """Keep the sequence Redis gave each track whose owner is still in flight here."""
+        with self._lock:
+            for write, tracked in zip(tracks, reply.tracks, strict=True):
+                if self._tokens.holds(*write.row):
+                    self._sequences[write.row] = tracked.sequence
 
     def _fail_resync_waiters(self, error: StorageUnavailable) -> None:
         waiters, self._resync_waiters = self._resync_waiters, []

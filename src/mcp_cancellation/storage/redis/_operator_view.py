@@ -1,7 +1,8 @@
 """The operators' view of a table: every request in flight, read in pages, each with
 whether its worker is alive (private). Only reads: ``HSCAN`` of ``P info``, a thousand
-entries a command, then the owners' marks and the workers' heartbeats in pipelines; never
-one long command, however large the table (docs/architecture.md, "The Redis table")."""
+entries a command, then the owners' tracks, their requests' marks and the workers'
+heartbeats in pipelines; never one long command, however large the table
+(docs/architecture.md, "The Redis table")."""
 
 from __future__ import annotations
 
@@ -33,16 +34,17 @@ async def read_in_flight(client: Redis | RedisCluster, prefix: bytes) -> list[In
         if not cursor:
             break
     pairs = list(entries.items())
-    marks: list[Any] = []
+    read: list[Any] = []  # per entry: its owner's track, then the request's mark
     for start in range(0, len(pairs), PAGE):
         pipe = client.pipeline(transaction=False)
         for entry, _ in pairs[start : start + PAGE]:
             row, owner = flight_of(entry)
-            pipe.hget(prefix + b"f:" + row, b"!" + owner)
-        marks += await pipe.execute()
+            pipe.hget(prefix + b"f:" + row, owner)
+            pipe.hget(prefix + b"fw:" + row, b"!")
+        read += await pipe.execute()
     found = [
-        decode_in_flight(entry, value, mark)
-        for (entry, value), mark in zip(pairs, marks, strict=True)
+        decode_in_flight(entry, value, read[2 * i], read[2 * i + 1])
+        for i, (entry, value) in enumerate(pairs)
     ]
     workers = sorted({request.worker for request in found})
     if not workers:

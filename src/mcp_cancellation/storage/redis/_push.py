@@ -120,19 +120,18 @@ class Push:
     # -- listener ----------------------------------------------------------------------
 
     def deliver(self, data: bytes | str) -> None:
-        """Flip the tokens named by one pushed message."""
+        """Flip the tokens one pushed message reaches: ``(scope, key, reason, origin,
+        sequence)``, netstrings (lua/add.lua); the origin is ``@operator`` or ``@``."""
         try:
-            fields = split_netstrings(to_bytes(data))
-            scope, key, reason = text(fields[0]), text(fields[1]), decode_reason(fields[2])
+            scope, key, reason, origin, sequence = split_netstrings(to_bytes(data))
+            tokens = self.journal.pushed(text(scope), text(key), int(sequence))
+            cause = decode_reason(reason)
         except (ValueError, IndexError):
             logger.warning("ignoring a malformed cancellation message")
             return
-        # The origin ('@operator', '@'; absent in a message of a release before 0.3).
-        origin = text(fields[3]) if len(fields) > 3 and fields[3].startswith(b"@") else None
-        method = origin[1:] or None if origin is not None else None
-        owners = {text(owner) for owner in fields[3 if origin is None else 4 :]}
-        for token in self.journal.pushed(scope, key, owners):
-            token._cancel(reason, method)
+        method = text(origin)[1:] or None
+        for token in tokens:
+            token._cancel(cause, method)
 
     async def _listen(self) -> None:
         channel = self.prefix + b"c:" + to_bytes(self.worker)

@@ -9,7 +9,7 @@
 --   6 quota        the scope's quota ('' for none)
 --   7 cap          the table's cap ('' for none)
 --   8 batch        rows one eviction evicts
---   9 worker       this worker's id (its own owners are flipped by the caller)
+--   9 worker       this worker's id (its own tokens are flipped by the caller)
 --  10 budget       the most rows this call may evict ('' for no bound)
 --  11 owed         rows of a batch an earlier call left owed ('' for none)
 --  12 partial      the scope that call was part-way through ('' for none)
@@ -61,9 +61,9 @@ if ARGV[5] == '1' and not in_flight then
     if ARGV[13] ~= '1' then return done('quota') end
     result[5] = 1
   end
-  local wk = wait_key(m)
-  redis.call('HSET', wk, ARGV[18], renc)
-  redis.call('PEXPIRE', wk, ARGV[19])
+  local waits = wait_key(m)
+  redis.call('HSET', waits, ARGV[18], renc)
+  redis.call('PEXPIRE', waits, ARGV[19])
   local lapse = now_us() + 1000 * tonumber(ARGV[19])
   redis.call('ZADD', waiting_key(scope), string.format('%.0f', lapse), netstring(key) .. ARGV[18])
   redis.call('PEXPIRE', waiting_key(scope), ARGV[19])
@@ -93,31 +93,21 @@ else
   relevel(scope, count)
 end
 result[2], result[6] = table.concat(singles), table.concat(evicted)
--- Push the cancellation to every other worker that tracks the request.
-local owners = redis.call('HGETALL', fk)
-local by_worker = {}
-local workers = {}
-local marks = {}
-local origin = netstring(ARGV[17] or '@')
-for i = 1, #owners, 2 do
-  local w = owners[i + 1]
-  if string.byte(owners[i], 1) ~= 33 then  -- an owner, not a mark ('!')
-    marks[#marks + 1] = '!' .. owners[i]
-    marks[#marks + 1] = renc
+if not in_flight then return result end
+-- Bind it to the owners in flight: one mark at the request's last sequence, and one
+-- message per other worker that has owners of it (their listeners flip the tokens of
+-- sequence <= it). Its work does not grow with the owners.
+local wk = workers_key(m)
+local sequence = tonumber(redis.call('HGET', wk, '#') or 0)
+set_mark(wk, sequence, renc)
+local message = netstring(scope) .. netstring(key) .. netstring(renc)
+  .. netstring(ARGV[17] or '@') .. netstring(string.format('%d', sequence))
+local fields = redis.call('HGETALL', wk)
+for i = 1, #fields, 2 do
+  local w = fields[i]
+  local c = string.byte(w, 1)
+  if c ~= 35 and c ~= 33 and w ~= ARGV[9] then  -- a worker, not '#' or '!'
+    redis.call('PUBLISH', P .. 'c:' .. w, message)
   end
-  if w ~= ARGV[9] and string.byte(owners[i], 1) ~= 33 then
-    local msg = by_worker[w]
-    if msg == nil then
-      msg = {netstring(scope), netstring(key), netstring(renc), origin}
-      by_worker[w] = msg
-      workers[#workers + 1] = w
-    end
-    msg[#msg + 1] = netstring(owners[i])
-  end
-end
--- (in slices: thousands of owners of one id exceed what unpack() may spread)
-bulk('HSET', fk, marks)
-for _, w in ipairs(workers) do
-  redis.call('PUBLISH', P .. 'c:' .. w, table.concat(by_worker[w]))
 end
 return result

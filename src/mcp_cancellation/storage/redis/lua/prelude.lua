@@ -221,7 +221,7 @@ end
 -- The table's epoch: a value written once, when the table is first used, and gone with a
 -- flush, a restart without persistence or a failover to an empty replica. `known` is the
 -- epoch the caller last synchronised with ('' if none). Returns the epoch and 1 when the
--- caller knew another one: the table it wrote to is lost, so `P lost` marks the next
+-- caller knew another one: the table it wrote to is lost, so `P recovering` marks the next
 -- `grace_ms` milliseconds (cancellations of ids not in flight are refused: a worker may
 -- not have re-tracked its requests yet) and every worker is told to resynchronise.
 -- Only a worker's SYNC creates the table (`layout`: '<partition>/<partitions>', kept in
@@ -242,17 +242,39 @@ local function check_epoch(known, grace_ms, layout)
   end
   return e, 0
 end
--- Cancellation rows are bound to the owners in flight when they were recorded (the mark
--- `!<owner>` in their request's P f:<m>), or pending ('*' before the encoded reason)
--- when nothing was in flight: a library's cancel() of a request that has not started.
--- A pending row is claimed by the next owner tracked, and only by it.
--- A *waiting cancellation* (docs/architecture.md, "The Redis table"): a client's
--- cancellation that found its request not in flight waits, for the registry's
--- track_wait, as one field of P wait:<m> (its waiter -> encoded reason; '!' before it
--- once claimed) and one member of P waiting:<scope> (the scope's count against its quota,
--- scored by when it lapses). Every owner tracked while it waits claims it; the waiter
--- withdraws it before the client is answered (WITHDRAW), so nothing of it outlives the
--- answer. No clock is compared but Redis's own, and that only to purge a waiter that died.
+-- A request's owners in flight (docs/architecture.md, "The Redis table"): P f:<m> holds
+-- each owner's track, '<sequence>:<worker>'; P fw:<m> holds the request's last sequence
+-- ('#'), its mark ('!' -> '<sequence>:<reason>': every owner tracked at or before that
+-- sequence is cancelled, a later one is not) and each worker's count of owners. So a
+-- cancellation writes one mark and one message per worker, however many owners it
+-- reaches. Both keys go with the request's last owner.
+local function workers_key(m) return P .. 'fw:' .. m end
+-- The reason the mark of P fw:<m> `wk` gives an owner of `sequence`, or nil.
+local function marked(wk, sequence)
+  local mark = redis.call('HGET', wk, '!')
+  if not mark then return nil end
+  local colon = string.find(mark, ':', 1, true)
+  if tonumber(string.sub(mark, 1, colon - 1)) < sequence then return nil end
+  return string.sub(mark, colon + 1)
+end
+local function set_mark(wk, sequence, reason)
+  redis.call('HSET', wk, '!', string.format('%d', sequence) .. ':' .. reason)
+end
+-- An owner's track '<sequence>:<worker>' as (sequence, worker).
+local function track_of(value)
+  local colon = string.find(value, ':', 1, true)
+  return tonumber(string.sub(value, 1, colon - 1)), string.sub(value, colon + 1)
+end
+-- A *pending* row ('*' before the encoded reason) was recorded when nothing was in
+-- flight (a library's cancel() of a request that has not started): the next owner
+-- tracked claims it, and only it.
+-- A *waiting cancellation*: a client's cancellation that found its request not in
+-- flight waits, for the registry's track_wait, as one field of P wait:<m> (its waiter ->
+-- encoded reason; '!' before it once claimed) and one member of P waiting:<scope> (the
+-- scope's count against its quota, scored by when it lapses). Every owner tracked while
+-- it waits claims it; the waiter withdraws it before the client is answered (WITHDRAW),
+-- so nothing of it outlives the answer. No clock is compared but Redis's own, and that
+-- only to purge a waiter that died.
 local function wait_key(m) return P .. 'wait:' .. m end
 local function waiting_key(scope) return P .. 'waiting:' .. scope end
 -- The waiting cancellations of `scope` (the lapsed ones purged first).
@@ -261,9 +283,11 @@ local function waiting_of(scope)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now_us()))
   return redis.call('ZCARD', key)
 end
--- Claim for `owner` the cancellations waiting for (scope, key), if any: marks them
--- claimed and binds the first one's reason to the owner. Returns that reason, or nil.
-local function claim_waiting(m, fk, owner)
+-- Claim the cancellations waiting for member m, if any: marks them claimed and returns
+-- the first one's reason, or nil. (One waits only if nothing of m was in flight when it
+-- came, and every owner tracked since has claimed it: the claimer's mark, at its own
+-- sequence, cancels exactly those owners.)
+local function claim_waiting(m)
   local waits = redis.call('HGETALL', wait_key(m))
   if #waits == 0 then return nil end
   local v = waits[2]
@@ -277,39 +301,55 @@ local function claim_waiting(m, fk, owner)
     end
   end
   bulk('HSET', wait_key(m), claimed)
-  redis.call('HSET', fk, '!' .. owner, v)
   return v
 end
 -- Track (scope, key) for owner of worker w, started age µs before the track was sent
--- (for operators' ages), calling tool. A pending row is claimed, and so is a waiting
--- cancellation; returns the claimed reason, or nil.
+-- (for operators' ages), calling tool. A new owner gets the request's next sequence and
+-- claims a pending row and the waiting cancellations; an owner tracked again (a resync)
+-- keeps its sequence and learns whether the mark reaches it. Returns its sequence and
+-- the reason of the cancellation that reaches it, or nil.
 local function track(scope, key, owner, w, age, tool)
   local m = member(scope, key)
-  local fk = flight_key(m)
-  if redis.call('HSET', fk, owner, w) == 1 then
-    redis.call('HINCRBY', FS, scope, 1)
-    redis.call('SADD', worker_key(w), netstring(m) .. owner)
-  end
+  local fk, wk = flight_key(m), workers_key(m)
   -- What an operator sees of it: its start (ms), worker and tool.
   local started = now_us() - (age or 0)
   redis.call('HSET', INFO, netstring(m) .. owner,
     string.format('%.0f', math.floor(started / 1000)) .. '\t' .. w .. '\t' .. (tool or ''))
+  local known = redis.call('HGET', fk, owner)
+  if known then
+    local sequence = track_of(known)
+    return sequence, marked(wk, sequence)
+  end
+  local sequence = redis.call('HINCRBY', wk, '#', 1)
+  redis.call('HSET', fk, owner, string.format('%d', sequence) .. ':' .. w)
+  redis.call('HINCRBY', wk, w, 1)
+  redis.call('HINCRBY', FS, scope, 1)
+  redis.call('SADD', worker_key(w), netstring(m) .. owner)
   local v = redis.call('HGET', REASONS, m)
   if v and string.byte(v, 1) == 42 then  -- '*': pending, claimed by this owner
     v = string.sub(v, 2)
     redis.call('HSET', REASONS, m, v)
-    redis.call('HSET', fk, '!' .. owner, v)
-    return v
+  else
+    v = nil
   end
-  return claim_waiting(m, fk, owner)
+  local waited = claim_waiting(m)  -- (claimed even when a pending row was: its
+  v = v or waited                   -- caller then learns its cancellation stopped one)
+  if v then set_mark(wk, sequence, v) end
+  return sequence, v
 end
--- Remove one in-flight row (and its cancellation mark) given its member and owner;
--- returns 1 if it existed.
+-- Remove one in-flight row given its member and owner; returns 1 if it existed.
 local function untrack_member(m, scope, owner)
   local fk = flight_key(m)
-  local w = redis.call('HGET', fk, owner)
-  if not w then return 0 end
-  redis.call('HDEL', fk, owner, '!' .. owner)
+  local known = redis.call('HGET', fk, owner)
+  if not known then return 0 end
+  local _, w = track_of(known)
+  redis.call('HDEL', fk, owner)
+  local wk = workers_key(m)
+  if redis.call('EXISTS', fk) == 0 then
+    redis.call('DEL', wk)  -- the last owner: its sequence and mark go too
+  elseif redis.call('HINCRBY', wk, w, -1) <= 0 then
+    redis.call('HDEL', wk, w)
+  end
   redis.call('HDEL', INFO, netstring(m) .. owner)
   if redis.call('HINCRBY', FS, scope, -1) <= 0 then redis.call('HDEL', FS, scope) end
   redis.call('SREM', worker_key(w), netstring(m) .. owner)

@@ -8,7 +8,7 @@
 --   4 epoch       the table's epoch as the worker knows it ('' for none)
 --   5 grace_ms    how long a lost table refuses "not in flight"
 --   6 full        '1': a resync (every request the worker has in flight); '0': a batch
---   7 recovering  '1': the worker's earlier calls failed (P lost marks the grace too)
+--   7 recovering  '1': the worker's earlier calls failed (P recovering marks the grace)
 --   8 layout      '<partition>/<partitions>', written with a new epoch
 --   9...          operations, (op, scope, key, owner) each, in order:
 --                 'T<age µs>[:<tool>]' track (a request started <age> before the call,
@@ -18,9 +18,10 @@
 -- A resync also releases the in-flight rows Redis holds for the worker beyond those it
 -- sent (a lost write's, or rows a failover brought back). Refreshes the heartbeat.
 -- Reply (decoded by _contracts.SyncReply): {epoch, 1 if the table the worker knew is lost,
--- 1 if the heartbeat was missing, then per 'T' the reason it claimed (a pending row or a
--- waiting cancellation; on a resync, also the owner's own mark) or false, then the number
--- of rows released as stale}.
+-- 1 if the heartbeat was missing, then per 'T' its owner's sequence and the reason of the
+-- cancellation that reaches it (a pending row or a waiting cancellation it claimed; for an
+-- owner tracked again, the request's mark) or false, then the number of rows released as
+-- stale}.
 local w = ARGV[2]
 local beat = redis.call('SET', hb_key(w), '1', 'PX', ARGV[3], 'GET')
 redis.call('SADD', WORKERS, w)  -- (left by the cleanup of a worker whose heartbeat lapsed)
@@ -36,12 +37,9 @@ for i = 9, #ARGV, 4 do
     local colon = string.find(op, ':', 2, true)
     local age = tonumber(string.sub(op, 2, colon and colon - 1 or -1))
     local tool = colon and string.sub(op, colon + 1) or ''
-    local v = track(scope, key, owner, w, age, tool)
-    if full then
-      local m = member(scope, key)
-      keep[netstring(m) .. owner] = true
-      v = v or redis.call('HGET', flight_key(m), '!' .. owner)
-    end
+    local sequence, v = track(scope, key, owner, w, age, tool)
+    if full then keep[netstring(member(scope, key)) .. owner] = true end
+    out[#out + 1] = sequence
     out[#out + 1] = v or false
   elseif c == 85 then  -- 'U'
     untrack(scope, key, owner)
