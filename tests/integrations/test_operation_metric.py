@@ -167,6 +167,30 @@ async def test_an_error_type_is_bounded(error_type: str, label: str) -> None:
         prometheus.uninstall()
 
 
+async def test_a_request_no_integration_served_is_not_an_operation() -> None:
+    """A block without an MCP method (a task's run, a library's own ``registry.request()``)
+    is not a JSON-RPC request: neither bridge counts it on the MCP metric."""
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    collector = CollectorRegistry()
+    prometheus = PrometheusBridge(registry, collector_registry=collector).install()
+    reader = InMemoryMetricReader()
+    otel = OpenTelemetryBridge(
+        registry, meter_provider=MeterProvider(metric_readers=[reader])
+    ).install()
+    try:
+        async with registry.request(1, "ip:192.0.2.1", tool="slow"):
+            pass
+        async with registry.request(2, "ip:192.0.2.1", labels={"error.type": "-32602"}):
+            pass
+        async with registry.request(3, "ip:192.0.2.1", labels={"mcp.method.name": "ping"}):
+            pass
+        assert prometheus_counts(collector) == {("ping", "", "", ""): 1}
+        assert otel_counts(reader) == {("ping", "", "", ""): 1}
+    finally:
+        prometheus.uninstall()
+        otel.uninstall()
+
+
 def hostile_app(registry: CancellationRegistry, json_response: bool) -> Any:
     """An SDK server whose tools answer what the caller asks: ``mirror`` returns its
     payload as structured output, ``fail`` raises a JSON-RPC error of any code."""

@@ -341,7 +341,8 @@ async def test_exposition_matches_metric_names(make_registry: MakeRegistry) -> N
     await registry.cancel(1, None, "ip:192.0.2.1")
     with pytest.raises(InvalidRequestId):
         await registry.cancel(1.5, None, "ip:192.0.2.1")
-    async with registry.request(2, "ip:192.0.2.1") as token:  # a cancelled request ends
+    call = {"mcp.method.name": "tools/call"}  # as the middleware names a call
+    async with registry.request(2, "ip:192.0.2.1", labels=call) as token:  # cancelled
         await registry.cancel_in_flight(2, None, "ip:192.0.2.1")
         assert token.cancelled
     # A task, as TasksExtension reports one: created, then ended.
@@ -352,6 +353,7 @@ async def test_exposition_matches_metric_names(make_registry: MakeRegistry) -> N
     body, _ = await app.bridge.render()
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
     exported = set()
+    operations: set[str] = set()
     operation = {"mcp_method_name", "gen_ai_tool_name", "error_type", "mcp_protocol_version"}
     for family in families.values():
         for sample in family.samples:
@@ -362,6 +364,7 @@ async def test_exposition_matches_metric_names(make_registry: MakeRegistry) -> N
                 assert family.type == "histogram"
                 labels = set(sample.labels) - {"le"}
                 assert labels == operation | {"network_transport"}
+                operations.add(sample.labels["mcp_method_name"])
                 continue
             if not sample.name.endswith("_created"):
                 exported.add(sample.name)
@@ -370,6 +373,7 @@ async def test_exposition_matches_metric_names(make_registry: MakeRegistry) -> N
                 expected = set(info.labels) | ({"le"} if sample.name.endswith("_bucket") else set())
                 assert set(sample.labels) == expected
     assert exported == METRIC_NAMES
+    assert operations == {"tools/call"}
     parsed = samples(body.decode())
     assert value(parsed, P + "max_rows", storage=ST) == float("inf")  # disabled limits read +Inf
 

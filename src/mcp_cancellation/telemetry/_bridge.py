@@ -139,14 +139,15 @@ class Bridge:
         cancelled: bool = False,
         **_: object,
     ) -> None:
-        if not self._skips(sender):
-            given = labels or {}
+        # Only a JSON-RPC request an integration served is an MCP operation: one without
+        # a method (a task's run, a library's own registry.request()) is not counted.
+        if labels and METHOD_NAME in labels and not self._skips(sender):
             values = operation_labels(
-                given.get(METHOD_NAME),
+                labels[METHOD_NAME],
                 tool,
-                given.get(PROTOCOL_VERSION),
+                labels.get(PROTOCOL_VERSION),
                 cancelled,
-                given.get(ERROR_TYPE),
+                labels.get(ERROR_TYPE),
             )
             self._ended(values, seconds)
 
