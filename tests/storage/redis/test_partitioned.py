@@ -159,8 +159,8 @@ async def test_a_stalled_master_leaves_the_other_partitions_serving_cold_or_warm
 ) -> None:
     """One master paused (``CLIENT PAUSE``): the other partitions record cancellations and
     track calls within their bounds, cold (no script cached yet: a script is sent to the
-    table's own node only) and warm; the operator view lists what it can read and names
-    the partition it could not."""
+    table's own node only) and warm; the operator view (its requests and its tasks) lists
+    what it can read and names the partition it could not."""
     from redis.asyncio import Redis
 
     storage = make(timeout=1.5, socket_timeout=0.5, max_wait=0.1)
@@ -189,6 +189,8 @@ async def test_a_stalled_master_leaves_the_other_partitions_serving_cold_or_warm
             listed = await registry.requests()  # (nothing in flight: it must still answer)
             assert listed == []
             assert [index for index, _, _ in storage.unreadable] == [0]
+            assert await storage.task_table.tasks() == []  # the tasks too, named alike
+            assert [index for index, _, _ in storage.task_table.unreadable] == [0]
             await async_wait_until(lambda: _answers(str(node.host), int(node.port)), within=10)
     finally:
         await registry.aclose()

@@ -14,8 +14,8 @@ import dataclasses
 import functools
 import heapq
 import zlib
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ..._errors import ConfigurationError, StorageUnavailable
 from ..._extras import requires
@@ -33,6 +33,32 @@ if TYPE_CHECKING:
     from ..._token import RequestToken
 
 __all__ = ["PartitionedRedisStorage"]
+
+
+#: A partition that could not be read: its index, its prefix and the error.
+Unreadable = tuple[int, str, StorageUnavailable]
+T = TypeVar("T")
+
+
+async def read_partitions(
+    partitions: Sequence[RedisStorage],
+    read: Callable[[RedisStorage], Awaitable[list[T]]],
+) -> tuple[list[T], tuple[Unreadable, ...]]:
+    """*read* every partition at once: what those that answered hold, and those that could
+    not be read (a master stalled or down). Raises only when none could be read."""
+    results = await asyncio.gather(*(read(p) for p in partitions), return_exceptions=True)
+    found: list[T] = []
+    unreadable: list[Unreadable] = []
+    for index, (part, result) in enumerate(zip(partitions, results, strict=True)):
+        if isinstance(result, StorageUnavailable):
+            unreadable.append((index, part.prefix, result))
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            found += result
+    if partitions and len(unreadable) == len(partitions):
+        raise unreadable[0][2]
+    return found, tuple(unreadable)
 
 
 class PartitionedRedisStorage(Storage):
@@ -74,9 +100,14 @@ class PartitionedRedisStorage(Storage):
             part.partition = (index, partitions)
         self._limits: dict[Limits, tuple[Limits, ...]] = {}
         self._tasks = PartitionedTaskTable(self.partitions, self.partition_of)
-        #: The partitions the last :meth:`in_flight_requests` could not read: (index,
-        #: prefix, error) each.
-        self.unreadable: tuple[tuple[int, str, StorageUnavailable], ...] = ()
+        self._unreadable: tuple[Unreadable, ...] = ()
+
+    @property
+    def unreadable(self) -> tuple[Unreadable, ...]:
+        """The partitions that the last :meth:`in_flight_requests` or the last listing of
+        :attr:`task_table` could not read: ``(index, prefix, error)`` each, by index."""
+        found = {u[0]: u for u in (*self._tasks.unreadable, *self._unreadable)}
+        return tuple(found[index] for index in sorted(found))
 
     @classmethod
     def from_url(cls, url: str, *, partitions: int, **options: Any) -> Self:
@@ -104,7 +135,7 @@ class PartitionedRedisStorage(Storage):
             part.bind(instance_id)
 
     @property
-    def task_table(self) -> TaskTable:
+    def task_table(self) -> PartitionedTaskTable:
         """The tasks of every partition: a task lives in its scope's partition."""
         return self._tasks
 
@@ -176,21 +207,9 @@ class PartitionedRedisStorage(Storage):
         """The requests in flight in every partition that answers: one that cannot be read
         (its master stalled or down) is left out and named in :attr:`unreadable`; only when
         none can be read does this raise."""
-        parts = await asyncio.gather(
-            *(p.in_flight_requests() for p in self.partitions), return_exceptions=True
+        found, self._unreadable = await read_partitions(
+            self.partitions, lambda part: part.in_flight_requests()
         )
-        found: list[InFlightRequest] = []
-        unreadable: list[tuple[int, str, StorageUnavailable]] = []
-        for index, (part, result) in enumerate(zip(self.partitions, parts, strict=True)):
-            if isinstance(result, StorageUnavailable):
-                unreadable.append((index, part.prefix, result))
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                found += result
-        self.unreadable = tuple(unreadable)
-        if len(unreadable) == len(self.partitions):
-            raise unreadable[0][2]
         return found
 
     async def check_table(self) -> None:
@@ -264,6 +283,9 @@ def _merge(parts: Collection[TableSummary], top_k: int) -> TableSummary:
 class PartitionedTaskTable(TaskTable):
     """The task tables of a partitioned table's partitions, each task in its scope's."""
 
+    #: The partitions the last :meth:`tasks` could not read.
+    unreadable: tuple[Unreadable, ...] = ()
+
     def __init__(
         self, partitions: Sequence[RedisStorage], partition_of: Callable[[str], RedisStorage]
     ) -> None:
@@ -283,10 +305,10 @@ class PartitionedTaskTable(TaskTable):
         return await self._of(scope).task_table.answer(scope, task_id, answers)
 
     async def tasks(self) -> list[TaskRecord]:
-        found: list[TaskRecord] = []
-        for part in self._partitions:
-            try:
-                found.extend(await part.task_table.tasks())
-            except StorageUnavailable:
-                continue  # a partition that cannot be read lists nothing (as inspect does)
+        """The tasks of every partition that answers; one that cannot be read is left out
+        and named in :attr:`unreadable` (and in the storage's); only when none can be read
+        does this raise."""
+        found, self.unreadable = await read_partitions(
+            self._partitions, lambda part: part.task_table.tasks()
+        )
         return found
