@@ -84,7 +84,7 @@ class MemoryStorage(Storage):
         self._waiting: dict[tuple[str, str], dict[int, list[object]]] = {}
         self._waiting_by_scope: dict[str, int] = {}
         self._waiters = itertools.count()
-        self._tasks = MemoryTaskTable()
+        self._tasks = MemoryTaskTable(clock)
 
     @property
     def task_table(self) -> MemoryTaskTable:

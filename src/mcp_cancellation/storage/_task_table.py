@@ -12,9 +12,10 @@ and expiry ``ttl_ms`` after creation. The memory table is here; the Redis one is
 from __future__ import annotations
 
 import abc
+import heapq
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -138,31 +139,49 @@ class TaskTable(abc.ABC):
 
 
 class MemoryTaskTable(TaskTable):
-    """Tasks in this process (the memory storage's): expired ones go at the next call."""
+    """Tasks in this process (the memory storage's): expired ones go at the next call.
+    A heap of expiries and a count per scope keep a creation O(log n), however many
+    tasks the process keeps."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         self._tasks: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
+        self._expiries: list[tuple[float, str, str]] = []  # a heap: (expiry, scope, id)
+        self._per_scope: dict[str, int] = {}
 
     def _prune(self, now: float) -> None:
-        for key in [k for k, (expiry, _) in self._tasks.items() if expiry <= now]:
-            del self._tasks[key]
+        expiries = self._expiries
+        while expiries and expiries[0][0] <= now:
+            expiry, scope, task_id = heapq.heappop(expiries)
+            entry = self._tasks.get((scope, task_id))
+            if entry is None or entry[0] != expiry:
+                continue
+            del self._tasks[(scope, task_id)]
+            left = self._per_scope[scope] - 1
+            if left:
+                self._per_scope[scope] = left
+            else:
+                del self._per_scope[scope]
 
     async def create(self, record: TaskRecord, quota: int | None) -> bool:
-        now = time.monotonic()
+        now = self._clock()
+        key = (record.scope, record.task_id)
         with self._lock:
             self._prune(now)
-            if quota is not None:
-                count = sum(1 for scope, _ in self._tasks if scope == record.scope)
-                if count >= quota:
-                    return False
+            count = self._per_scope.get(record.scope, 0)
+            if quota is not None and count >= quota:
+                return False
             expiry = now + record.ttl_ms / 1000
-            self._tasks[(record.scope, record.task_id)] = (expiry, record.fields())
+            if key not in self._tasks:  # (an id recorded again replaces its record)
+                self._per_scope[record.scope] = count + 1
+            self._tasks[key] = (expiry, record.fields())
+            heapq.heappush(self._expiries, (expiry, *key))
             return True
 
     def _live(self, scope: str, task_id: str) -> dict[str, str] | None:
         entry = self._tasks.get((scope, task_id))
-        if entry is None or entry[0] <= time.monotonic():
+        if entry is None or entry[0] <= self._clock():
             return None
         return entry[1]
 
@@ -202,7 +221,7 @@ class MemoryTaskTable(TaskTable):
 
     async def tasks(self) -> list[TaskRecord]:
         with self._lock:
-            self._prune(time.monotonic())
+            self._prune(self._clock())
             return [
                 TaskRecord.from_fields(scope, task_id, dict(fields))
                 for (scope, task_id), (_, fields) in self._tasks.items()
