@@ -87,9 +87,11 @@ class TaskRun:
         task_ctx = dataclasses.replace(self.ctx, session=cast("ServerSession", session))
         work = asyncio.ensure_future(self.call_next(task_ctx))
         kill_after = self.extension.kill_after
+        # (With no kill_after there is nothing to watch: the run just waits for its tool.)
+        watch = None if kill_after is None else WATCH_INTERVAL
         killed = False
         while not work.done():
-            await asyncio.wait({work}, timeout=WATCH_INTERVAL)
+            await asyncio.wait({work}, timeout=watch)
             at = token.cancelled_at
             if (
                 not work.done()
