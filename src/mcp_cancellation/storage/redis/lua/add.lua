@@ -31,6 +31,9 @@
 -- calls together evict exactly what one unbounded call would). Evictions are packed as
 -- netstrings: (scope, count) pairs in eviction order, then the scopes evicted whole with
 -- one row each (an address-rotation flood), as scopes alone.
+-- A bound row is pushed: one message on P c:<worker> to each other worker with owners of
+-- the request, netstrings (scope, key, reason, origin, the mark's sequence), read by
+-- _push.Push.deliver.
 local scope, key, renc = ARGV[2], ARGV[3], ARGV[4]
 local quota = tonumber(ARGV[6])
 local m = member(scope, key)
