@@ -104,3 +104,5 @@ async def test_a_cancellation_of_thousands_of_owners_costs_what_one_owner_s_does
         await h.finish()
     stats = await canceller.stats()
     assert (stats.total_rows, stats.total_in_flight) == (0, 0)
+    # The owners' keys went with the last of them: sequences, marks and counts too.
+    assert await raw.keys(f"{{{prefix}}}:f*:*") == []
