@@ -66,9 +66,9 @@ async def test_a_killed_workers_rows_go_after_the_heartbeat_ttl(
     call = asyncio.create_task(http.post(doomed.url, json=call_body(3, 30)))
     await async_wait_until(lambda: tracked(observer, 3), within=10)
     flight = observer.key("f:", f"{len(CALLER)}:{CALLER}3")
-    (track,) = await observer.client.hvals(flight)  # '<sequence>:<worker>'
+    (track,) = await observer.client.hvals(flight)  # sequence, start, worker, tool
     assert isinstance(track, bytes)
-    heartbeat = observer.key("hb:", track.decode().partition(":")[2])
+    heartbeat = observer.key("hb:", track.decode().split("\t")[2])
     doomed.kill()
     with pytest.raises(httpx.TransportError):
         await call

@@ -51,28 +51,29 @@ def member(scope: str, key: str) -> bytes:
 
 
 def decode_in_flight(
-    entry: bytes, info: bytes, track: bytes | None, mark: bytes | None
+    entry: bytes, track: bytes, mark: bytes | None, worker: str, alive: bool
 ) -> InFlightRequest:
     """An in-flight row as the operator view reads it: its entry ``<#m>:<m><owner>``, its
-    info (start in ms, worker, tool), its owner's track ``<sequence>:<worker>`` and the
-    request's mark ``<sequence>:<reason>``, if any (it reaches the owners of a sequence
-    at or before its own)."""
+    owner's track ``<sequence>\t<started ms>\t<worker>\t<tool>`` and the request's mark
+    ``<sequence>:<reason>``, if any (it reaches the owners of a sequence at or before its
+    own), read from *worker*'s owners."""
     m, _owner = _split_one(to_bytes(entry))
     scope, key = _split_one(m)
-    started, worker, tool = to_bytes(info).split(b"\t", 2)
+    sequence, started, _, tool = to_bytes(track).split(b"\t", 3)
     reason: bytes | None = None
-    if track is not None and mark is not None:
+    if mark is not None:
         reached, _, value = to_bytes(mark).partition(b":")
-        if int(to_bytes(track).partition(b":")[0]) <= int(reached):
+        if int(sequence) <= int(reached):
             reason = value
     return InFlightRequest(
         scope=text(scope),
         request_id=text(key),
-        worker=text(worker),
+        worker=worker,
         tool=text(tool) or None,
         started=int(started) / 1000,
         cancelled=reason is not None,
         reason=None if reason is None else decode_reason(reason),
+        alive=alive,
     )
 
 

@@ -1,17 +1,16 @@
 """The operators' view of a table: every request in flight, read in pages, each with
-whether its worker is alive (private). Only reads: ``HSCAN`` of ``P info``, a thousand
-entries a command, then the owners' tracks, their requests' marks and the workers'
-heartbeats in pipelines; never one long command, however large the table
-(docs/architecture.md, "The Redis table")."""
+whether its worker is alive (private). Only reads: the workers (``P workers``), each one's
+owners (``SSCAN`` of ``P w:<worker>``, a thousand entries a command), then the owners'
+tracks, their requests' marks and the workers' heartbeats in pipelines; never one long
+command, however large the table (docs/architecture.md, "The Redis table")."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, cast
 
 from ..._extras import requires
 from .._base import InFlightRequest
-from ._codec import decode_in_flight, flight_of, to_bytes
+from ._codec import decode_in_flight, flight_of, text, to_bytes
 
 with requires("redis", "RedisStorage"):
     from redis.asyncio import Redis
@@ -25,32 +24,41 @@ PAGE = 1000
 
 async def read_in_flight(client: Redis | RedisCluster, prefix: bytes) -> list[InFlightRequest]:
     """Every request in flight in the table at *prefix*."""
-    info = prefix + b"info"
-    entries: dict[bytes, bytes] = {}
-    cursor: int = 0
-    while True:
-        cursor, page = await client.hscan(info, cursor, count=PAGE)
-        entries.update(cast(dict[bytes, bytes], page))
-        if not cursor:
-            break
-    pairs = list(entries.items())
-    read: list[Any] = []  # per entry: its owner's track, then the request's mark
-    for start in range(0, len(pairs), PAGE):
-        pipe = client.pipeline(transaction=False)
-        for entry, _ in pairs[start : start + PAGE]:
-            row, owner = flight_of(entry)
-            pipe.hget(prefix + b"f:" + row, owner)
-            pipe.hget(prefix + b"fw:" + row, b"!")
-        read += await pipe.execute()
-    found = [
-        decode_in_flight(entry, value, read[2 * i], read[2 * i + 1])
-        for i, (entry, value) in enumerate(pairs)
-    ]
-    workers = sorted({request.worker for request in found})
+    workers = sorted(to_bytes(w) for w in await client.smembers(prefix + b"workers"))
     if not workers:
-        return found
+        return []
     pipe = client.pipeline(transaction=False)
     for worker in workers:
-        pipe.exists(prefix + b"hb:" + to_bytes(worker))
-    alive = dict(zip(workers, [bool(n) for n in await pipe.execute()], strict=True))
-    return [dataclasses.replace(r, alive=alive[r.worker]) for r in found]
+        pipe.exists(prefix + b"hb:" + worker)
+    alive = [bool(n) for n in await pipe.execute()]
+    found: list[InFlightRequest] = []
+    for worker, beating in zip(workers, alive, strict=True):
+        owners = prefix + b"w:" + worker
+        cursor: int = 0
+        while True:
+            cursor, page = await client.sscan(owners, cursor, count=PAGE)
+            found += await _read_page(client, prefix, text(worker), beating, page)
+            if not cursor:
+                break
+    return found
+
+
+async def _read_page(
+    client: Redis | RedisCluster, prefix: bytes, worker: str, alive: bool, entries: list[Any]
+) -> list[InFlightRequest]:
+    """The requests of one page of a worker's owners (``<#m>:<m><owner>`` each): their
+    tracks and their requests' marks, in one pipeline. An owner that ended meanwhile is
+    left out."""
+    if not entries:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for entry in entries:
+        row, owner = flight_of(entry)
+        pipe.hget(prefix + b"f:" + row, owner)
+        pipe.hget(prefix + b"fw:" + row, b"!")
+    read = cast(list[bytes | None], await pipe.execute())
+    return [
+        decode_in_flight(entry, track, read[2 * i + 1], worker, alive)
+        for i, entry in enumerate(entries)
+        if (track := read[2 * i]) is not None
+    ]

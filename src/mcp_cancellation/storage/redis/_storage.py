@@ -402,9 +402,9 @@ class RedisStorage(Storage):
         await self._home.at_home(finish, self.timeout * 2)
 
     async def in_flight_requests(self) -> list[InFlightRequest]:
-        """Every request in flight in the table, read in pages (``HSCAN``, a thousand
-        entries a command: never one long command, however large the table), each marked
-        with whether its worker's heartbeat is alive. Only reads."""
+        """Every request in flight in the table, read in pages (``SSCAN`` of each worker's
+        owners, a thousand a command: never one long command, however large the table),
+        each marked with whether its worker's heartbeat is alive. Only reads."""
         await self._settle()
         return await self._home.call(
             functools.partial(read_in_flight, self._redis, self._prefix), "stats"

@@ -8,7 +8,7 @@ for _, other in ipairs(redis.call('SMEMBERS', WORKERS)) do
     for _, entry in ipairs(redis.call('SMEMBERS', worker_key(other))) do
       local m, owner = split(entry)
       local scope, key = split(m)
-      in_flight_removed = in_flight_removed + untrack_member(m, scope, owner)
+      in_flight_removed = in_flight_removed + untrack_member(m, scope, owner, other)
       release_row(scope, key)
     end
     redis.call('DEL', worker_key(other))

@@ -8,7 +8,6 @@ local WORKERS = P .. 'workers'
 local KINDS = P .. 'kinds'
 local EPOCH = P .. 'epoch'
 local RECOVERING = P .. 'recovering'
-local INFO = P .. 'info'
 local function rows_key(scope) return P .. 's:' .. scope end
 local function level_key(n) return P .. 'l:' .. string.format('%d', n) end
 local function flight_key(m) return P .. 'f:' .. m end
@@ -243,11 +242,12 @@ local function check_epoch(known, grace_ms, layout)
   return e, 0
 end
 -- A request's owners in flight (docs/architecture.md, "The Redis table"): P f:<m> holds
--- each owner's track, '<sequence>:<worker>'; P fw:<m> holds the request's last sequence
--- ('#'), its mark ('!' -> '<sequence>:<reason>': every owner tracked at or before that
--- sequence is cancelled, a later one is not) and each worker's count of owners. So a
--- cancellation writes one mark and one message per worker, however many owners it
--- reaches. Both keys go with the request's last owner.
+-- each owner's track, '<sequence>\t<started ms>\t<worker>\t<tool>' (what the operator
+-- view shows of it too); P fw:<m> holds the request's last sequence ('#'), its mark
+-- ('!' -> '<sequence>:<reason>': every owner tracked at or before that sequence is
+-- cancelled, a later one is not) and each worker's count of owners. So a cancellation
+-- writes one mark and one message per worker, however many owners it reaches. Both keys
+-- go with the request's last owner.
 local function workers_key(m) return P .. 'fw:' .. m end
 -- The reason the mark of P fw:<m> `wk` gives an owner of `sequence`, or nil.
 local function marked(wk, sequence)
@@ -260,10 +260,9 @@ end
 local function set_mark(wk, sequence, reason)
   redis.call('HSET', wk, '!', string.format('%d', sequence) .. ':' .. reason)
 end
--- An owner's track '<sequence>:<worker>' as (sequence, worker).
-local function track_of(value)
-  local colon = string.find(value, ':', 1, true)
-  return tonumber(string.sub(value, 1, colon - 1)), string.sub(value, colon + 1)
+-- An owner's sequence, from its track.
+local function sequence_of(track)
+  return tonumber(string.sub(track, 1, string.find(track, '\t', 1, true) - 1))
 end
 -- A *pending* row ('*' before the encoded reason) was recorded when nothing was in
 -- flight (a library's cancel() of a request that has not started): the next owner
@@ -303,25 +302,22 @@ local function claim_waiting(m)
   bulk('HSET', wait_key(m), claimed)
   return v
 end
--- Track (scope, key) for owner of worker w, started age µs before the track was sent
--- (for operators' ages), calling tool. A new owner gets the request's next sequence and
--- claims a pending row and the waiting cancellations; an owner tracked again (a resync)
--- keeps its sequence and learns whether the mark reaches it. Returns its sequence and
--- the reason of the cancellation that reaches it, or nil.
+-- Track (scope, key) for owner of worker w, started age µs before the track was sent,
+-- calling tool. A new owner gets the request's next sequence and claims a pending row and
+-- the waiting cancellations; an owner tracked again (a resync) keeps its sequence and
+-- learns whether the mark reaches it. Returns its sequence and the reason of the
+-- cancellation that reaches it, or nil.
 local function track(scope, key, owner, w, age, tool)
   local m = member(scope, key)
   local fk, wk = flight_key(m), workers_key(m)
-  -- What an operator sees of it: its start (ms), worker and tool.
-  local started = now_us() - (age or 0)
-  redis.call('HSET', INFO, netstring(m) .. owner,
-    string.format('%.0f', math.floor(started / 1000)) .. '\t' .. w .. '\t' .. (tool or ''))
-  local known = redis.call('HGET', fk, owner)
-  if known then
-    local sequence = track_of(known)
+  local sequence = redis.call('HINCRBY', wk, '#', 1)
+  local started = math.floor((now_us() - (age or 0)) / 1000)
+  local value = string.format('%d\t%.0f\t', sequence, started) .. w .. '\t' .. (tool or '')
+  if redis.call('HSETNX', fk, owner, value) == 0 then
+    redis.call('HINCRBY', wk, '#', -1)  -- (the number just handed out goes back)
+    sequence = sequence_of(redis.call('HGET', fk, owner))
     return sequence, marked(wk, sequence)
   end
-  local sequence = redis.call('HINCRBY', wk, '#', 1)
-  redis.call('HSET', fk, owner, string.format('%d', sequence) .. ':' .. w)
   redis.call('HINCRBY', wk, w, 1)
   redis.call('HINCRBY', FS, scope, 1)
   redis.call('SADD', worker_key(w), netstring(m) .. owner)
@@ -337,26 +333,23 @@ local function track(scope, key, owner, w, age, tool)
   if v then set_mark(wk, sequence, v) end
   return sequence, v
 end
--- Remove one in-flight row given its member and owner; returns 1 if it existed.
-local function untrack_member(m, scope, owner)
+-- Remove the in-flight row of owner (of worker w) given its member; returns 1 if it
+-- existed.
+local function untrack_member(m, scope, owner, w)
   local fk = flight_key(m)
-  local known = redis.call('HGET', fk, owner)
-  if not known then return 0 end
-  local _, w = track_of(known)
-  redis.call('HDEL', fk, owner)
+  if redis.call('HDEL', fk, owner) == 0 then return 0 end
   local wk = workers_key(m)
   if redis.call('EXISTS', fk) == 0 then
     redis.call('DEL', wk)  -- the last owner: its sequence and mark go too
   elseif redis.call('HINCRBY', wk, w, -1) <= 0 then
     redis.call('HDEL', wk, w)
   end
-  redis.call('HDEL', INFO, netstring(m) .. owner)
   if redis.call('HINCRBY', FS, scope, -1) <= 0 then redis.call('HDEL', FS, scope) end
   redis.call('SREM', worker_key(w), netstring(m) .. owner)
   return 1
 end
-local function untrack(scope, key, owner)
-  return untrack_member(member(scope, key), scope, owner)
+local function untrack(scope, key, owner, w)
+  return untrack_member(member(scope, key), scope, owner, w)
 end
 -- Remove the cancellation row of (scope, key) if it is bound and no owner is left in
 -- flight (a dead owner's, or one a lost write left behind); returns 1 if removed.

@@ -42,12 +42,12 @@ for i = 9, #ARGV, 4 do
     out[#out + 1] = sequence
     out[#out + 1] = v or false
   elseif c == 85 then  -- 'U'
-    untrack(scope, key, owner)
+    untrack(scope, key, owner, w)
   elseif c == 82 then  -- 'R'
-    untrack(scope, key, owner)
+    untrack(scope, key, owner, w)
     release_row(scope, key)
   else
-    untrack(scope, key, owner)
+    untrack(scope, key, owner, w)
     remove_row(scope, key)
   end
 end
@@ -57,7 +57,7 @@ if full then
     if not keep[entry] then
       local m, owner = split(entry)
       local scope, key = split(m)
-      untrack_member(m, scope, owner)
+      untrack_member(m, scope, owner, w)
       release_row(scope, key)
       stale = stale + 1
     end
