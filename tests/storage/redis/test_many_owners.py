@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from mcp_cancellation import CancellationRegistry
 from mcp_cancellation.storage.redis import RedisStorage
 
-from ...support import HeldRequest, MakeRegistry, async_wait_until
+from ...support import HeldRequest, MakeRegistry, RedisServer, async_wait_until
 from ._helpers import calls_between, command_calls, settled
 
 pytestmark = pytest.mark.redis
@@ -30,6 +30,12 @@ async def _hold(registry: CancellationRegistry, request_id: int, n: int) -> list
     held = [HeldRequest(registry, request_id, "s") for _ in range(n)]
     await asyncio.wait_for(asyncio.gather(*(h.started() for h in held)), 60)
     return held
+
+
+@pytest.fixture
+def server(own_redis: RedisServer) -> RedisServer:
+    """A server of this test's own: it counts every command the server serves."""
+    return own_redis
 
 
 def _all_cancelled(held: list[HeldRequest]) -> bool:

@@ -8,12 +8,19 @@ from redis.asyncio import Redis
 
 from mcp_cancellation.storage.redis import RedisStorage
 
+from ...support import RedisServer
 from ._helpers import MakeStorage, calls_between, command_calls
 
 pytestmark = pytest.mark.redis
 
 CALLS = 40_000
 WORKERS = ("alive-worker", "dead-worker")
+
+
+@pytest.fixture
+def server(own_redis: RedisServer) -> RedisServer:
+    """A server of this test's own: it counts every command the server serves."""
+    return own_redis
 
 
 async def _fill(raw: Redis, storage: RedisStorage) -> None:

@@ -24,9 +24,11 @@
 -- stale}.
 local w = ARGV[2]
 local beat = redis.call('SET', hb_key(w), '1', 'PX', ARGV[3], 'GET')
-redis.call('SADD', WORKERS, w)  -- (left by the cleanup of a worker whose heartbeat lapsed)
 local epoch, lost = check_epoch(ARGV[4], ARGV[5], ARGV[8])
 local full = ARGV[6] == '1'
+-- A worker joins P workers with its heartbeat: while the heartbeat lives, the cleanup
+-- leaves it there (and a resync, after any doubt, joins again).
+if not beat or full or lost == 1 then redis.call('SADD', WORKERS, w) end
 if ARGV[7] == '1' then redis.call('SET', RECOVERING, '1', 'PX', ARGV[5]) end
 local out = {epoch, lost, beat and 0 or 1}
 local keep = {}
