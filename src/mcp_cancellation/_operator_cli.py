@@ -94,7 +94,7 @@ def add_cancel_parser(subparsers: Any) -> None:
         "--scope", required=True, help="the scope, as the dashboards show it (ip:203.0.113.7)"
     )
     which = cancel.add_mutually_exclusive_group(required=True)
-    which.add_argument("--id", help="the request id")
+    which.add_argument("--id", help="the request id (one that starts with '-': --id=-x)")
     which.add_argument("--all", action="store_true", help="every call of the scope")
     which.add_argument("--tool", help="every call of this tool in the scope")
     cancel.add_argument("--reason", default=None, help="the reason the callers get")

@@ -44,7 +44,7 @@ async def test_the_admin_app_lists_and_cancels_one_scope_and_refuses_bad_tokens(
             calls = Calls(tg)
             calls.start(http, harness, "a1", **{"x-user": "alice"})
             calls.start(http, harness, "a2", **{"x-user": "alice"})
-            calls.start(http, harness, "b1", **{"x-user": "bob"})
+            calls.start(http, harness, "-b1", **{"x-user": "bob"})
             await harness.wait_started(3)
 
             for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": TOKEN}):
@@ -56,17 +56,17 @@ async def test_the_admin_app_lists_and_cancels_one_scope_and_refuses_bad_tokens(
             assert listed.status_code == 200
             rows = listed.json()["requests"]
             assert sorted((r["scope"], r["id"], r["tool"]) for r in rows) == sorted(
-                [(alice, "a1", "poll"), (alice, "a2", "poll"), (bob, "b1", "poll")]
+                [(alice, "a1", "poll"), (alice, "a2", "poll"), (bob, "-b1", "poll")]
             )
             assert {r["worker"] for r in rows} == {registry.instance_id}
             ages = [r["age"] for r in rows]
             assert ages == sorted(ages, reverse=True)
             only_bob = await http.get(url + "/requests", params={"scope": bob}, headers=auth)
-            assert [r["id"] for r in only_bob.json()["requests"]] == ["b1"]
+            assert [r["id"] for r in only_bob.json()["requests"]] == ["-b1"]
 
             code, out, err = await cli("inspect", "--url", url, "--token", TOKEN)
             assert code == 0, err
-            assert all(shown in out for shown in (alice, bob, "a1", "a2", "b1"))
+            assert all(shown in out for shown in (alice, bob, "a1", "a2", "-b1"))
 
             cancelled = await http.post(
                 url + "/cancel", json={"scope": alice, "all": True, "reason": "ops"}, headers=auth
@@ -74,15 +74,23 @@ async def test_the_admin_app_lists_and_cancels_one_scope_and_refuses_bad_tokens(
             assert cancelled.status_code == 200
             assert sorted(r["id"] for r in cancelled.json()["cancelled"]) == ["a1", "a2"]
             await calls.ended("a1", "a2")
-            assert "b1" not in calls.answers  # bob's call runs on
+            assert "-b1" not in calls.answers  # bob's call runs on
             assert [c["method"] for c in harness.cancellations] == ["operator", "operator"]
 
             code, out, err = await cli(
-                "cancel", "--url", url, "--token", TOKEN, "--scope", bob, "--id", "b1"
+                # (an id that starts with '-' is written with '=')
+                "cancel",
+                "--url",
+                url,
+                "--token",
+                TOKEN,
+                "--scope",
+                bob,
+                "--id=-b1",
             )
             assert code == 0, err
             assert "cancelled 1 request(s)" in out
-            await calls.ended("b1")
+            await calls.ended("-b1")
 
             code, out, err = await cli("inspect", "--url", url, "--token", "wrong")
             assert code == 1
