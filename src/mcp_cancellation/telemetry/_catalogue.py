@@ -398,7 +398,7 @@ _VERSIONS: Final = frozenset({"2024-11-05", "2025-03-26", "2025-06-18", "2025-11
 
 
 def operation_labels(
-    method: str | None,
+    method: str,
     tool: str | None,
     protocol_version: str | None,
     cancelled: bool,
@@ -409,7 +409,7 @@ def operation_labels(
     ``cancelled``, ``tool_error``, one of :data:`ERROR_CODES`, or ``_OTHER``); an
     absent attribute is the empty string, as Prometheus shows it."""
     return (
-        "" if method is None else method if method in _METHODS else "other",
+        method if method in _METHODS else "other",
         tool or "",
         OPERATION_CANCELLED if cancelled else _error_label(error_type),
         ""
