@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 from . import signals
@@ -110,6 +111,8 @@ class CancellationRegistry:
         self._storage.bind(self.instance_id)
         self._owners = Owners(self.instance_id + ":")
         self._janitor = Janitor(self.cleanup, self._janitor_interval)
+        self._shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
+        self._shut_down = False
 
     # -- configuration -----------------------------------------------------------------
 
@@ -463,8 +466,26 @@ class CancellationRegistry:
         """Stop the janitor and wait for it to finish."""
         await self._janitor.stop()
 
+    def on_shutdown(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Await *hook* in :meth:`shutdown`, before the storage closes (the tasks
+        extension drains its running tasks there)."""
+        self._shutdown_hooks.append(hook)
+
+    async def shutdown(self) -> None:
+        """Run the shutdown hooks once, in order (a hook that fails is logged): the
+        middleware calls it on the app's lifespan shutdown, :meth:`aclose` too."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        for hook in self._shutdown_hooks:
+            try:
+                await hook()
+            except Exception:
+                logger.exception("a shutdown hook of the cancellation registry failed")
+
     async def aclose(self) -> None:
-        """Stop the janitor and close the storage."""
+        """Run the shutdown hooks, stop the janitor and close the storage."""
+        await self.shutdown()
         await self.stop_janitor()
         await self._storage.aclose()
 

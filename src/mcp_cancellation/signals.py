@@ -45,12 +45,14 @@ signal                           keyword arguments
                                  ``tool`` (label-safe name); sent by the worker that runs it
 ``task.ended``                   a task's work ended: ``task_id``, ``scope``, ``tool``,
                                  ``status`` (``completed``, ``failed`` or ``cancelled``),
-                                 ``seconds`` (from its creation); sent by that worker, or
+                                 ``seconds`` (from its creation); sent once, by that worker, or
                                  (``orphaned=True``, ``failed``) by the worker whose
-                                 ``tasks/get`` found that worker dead
+                                 ``tasks/get`` or reaper found that worker dead
 ``task.rejected``                a call that would have been a task ran as a plain call:
-                                 ``scope``, ``tool``, ``reason`` (``quota``, or
-                                 ``unavailable``: the task table did not answer)
+                                 ``scope``, ``tool``, ``reason`` (``quota``; ``full``:
+                                 the table holds ``max_tasks``; ``unavailable``: the
+                                 task table did not answer; ``shutdown``: the server is
+                                 stopping)
 ``storage.error``                ``operation`` (one of
                                  :data:`~mcp_cancellation.storage._base.STORAGE_OPERATIONS`),
                                  ``error`` (the exception); sender: the storage

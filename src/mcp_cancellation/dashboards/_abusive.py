@@ -112,9 +112,10 @@ ABUSIVE: tuple[Panel | Row, ...] = (
         "timeseries",
         "Task rejections by scope kind",
         "Calls that could have been tasks and ran as plain calls, per second, by scope kind "
-        "and reason: quota (the scope holds max_tasks_per_scope tasks) or unavailable (the "
-        "task table did not answer). The scopes themselves are in Top rejected scopes "
-        "(task_quota).",
+        "and reason: quota (the scope holds max_tasks_per_scope tasks), full (the table "
+        "holds max_tasks tasks: every scope is refused), unavailable (the task table did "
+        "not answer) or shutdown (the server is stopping). The scopes themselves are in "
+        "Top rejected scopes (task_quota).",
         "ops",
         (
             Target(

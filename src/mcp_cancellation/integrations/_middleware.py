@@ -291,6 +291,7 @@ class CancellationMiddleware:
                 self._checks.add(asyncio.get_running_loop().create_task(self._check_storage()))
             elif kind == "lifespan.shutdown":
                 try:
+                    await registry.shutdown()  # (running tasks drain first)
                     if self._owns_registry:
                         await registry.aclose()
                     else:

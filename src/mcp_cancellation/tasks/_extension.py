@@ -56,12 +56,17 @@ HEADER_MISMATCH = -32020
 MAX_TASK_ID_CHARS = 128
 #: The most answers one ``tasks/update`` may carry.
 MAX_ANSWERS = 64
+#: How often a worker ends the running tasks of dead workers (seconds): their records
+#: never expire while they read ``working``, so somebody must (a ``tasks/get`` does too).
+REAP_INTERVAL = 5.0
 
 _UNKNOWN = "Unknown task"
 _UNAVAILABLE = "Task storage unavailable; try again shortly."
 _DEAD_WORKER = json.dumps(
     {"code": INTERNAL_ERROR, "message": "The worker running this task stopped."}
 )
+#: The reason of a client's cancellation, which its task's statusMessage shows.
+_CLIENT_CANCEL = "Cancelled by the client (tasks/cancel)."
 
 
 class TaskParams(RequestParams):
@@ -84,11 +89,15 @@ class TasksExtension(Extension):
     Pass the registry the :class:`~mcp_cancellation.CancellationMiddleware` in front of
     the app uses: a task's scope is its caller's, as the middleware computed it, and its
     tool is cancelled through that registry. *ttl* is how long a task and its result are
-    kept after creation (seconds); *poll_interval* the ``pollIntervalMs`` clients are told;
-    *max_result_bytes* the largest encoded result a task keeps (a larger one fails the
-    task); *max_tasks_per_scope* how many tasks one scope may hold (past it, the call runs
-    as a plain call); *kill_after* how long a tool that ignores its task's cancellation
-    may run on (as the middleware's ``stream_cancel_timeout``).
+    kept after it ends (seconds; a running task never expires); *poll_interval* the
+    ``pollIntervalMs`` clients are told; *max_result_bytes* the largest encoded result a
+    task keeps (a larger one fails the task); *max_tasks_per_scope* how many tasks one
+    scope may hold, running or ended and kept, and *max_tasks* how many the whole table
+    may hold (past either, the call runs as a plain call: so the table's result bytes stay
+    under ``max_tasks * max_result_bytes``); *kill_after* how long a tool that ignores its
+    task's cancellation may run on (as the middleware's ``stream_cancel_timeout``);
+    *drain_timeout* how long, when the server stops, running tasks may go on before they
+    are cancelled (docs/deployment.md, "Tasks and rolling deploys").
     """
 
     identifier = IDENTIFIER
@@ -102,7 +111,9 @@ class TasksExtension(Extension):
         poll_interval: float = 1.0,
         max_result_bytes: int = 1024 * 1024,
         max_tasks_per_scope: int | None = 100,
+        max_tasks: int | None = 10_000,
         kill_after: float | None = 10.0,
+        drain_timeout: float = 10.0,
     ) -> None:
         if isinstance(tools, str):
             raise ConfigurationError("tools must be a collection of tool names, not a string")
@@ -119,8 +130,18 @@ class TasksExtension(Extension):
             raise ConfigurationError("max_result_bytes must be a positive integer")
         self.max_result_bytes = limit
         self.max_tasks_per_scope = int_limit("max_tasks_per_scope", max_tasks_per_scope, "", None)
+        self.max_tasks = int_limit("max_tasks", max_tasks, "", None)
         self.kill_after = seconds("kill_after", kill_after, None, None, zero=True)
-        self._running: set[asyncio.Task[None]] = set()
+        drain = seconds("drain_timeout", drain_timeout, None, None, zero=True)
+        if drain is None:
+            raise ConfigurationError("drain_timeout must be a number of seconds")
+        self.drain_timeout = drain
+        self._running: dict[asyncio.Task[None], TaskRun] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        self._reaper: asyncio.Task[None] | None = None
+        self._listening = False
+        self._closing = False
+        registry.on_shutdown(self.shutdown)
 
     @property
     def table(self) -> TaskTable:
@@ -131,6 +152,105 @@ class TasksExtension(Extension):
     def running(self) -> int:
         """How many tasks' tools run in this process now."""
         return len(self._running)
+
+    # -- this worker's runs: claims after a resync, the reaper, shutdown ---------------------
+
+    def _start(self) -> None:
+        """At the first call: hear this worker's resyncs (its running tasks are then
+        claimed again) and reap dead workers' tasks (a shared table only)."""
+        if self._listening:
+            return
+        self._listening = True
+        table = self.table
+        table.on_resync(self._resynced)
+        if table.shared:
+            self._reaper = asyncio.get_running_loop().create_task(
+                self._reap(), name="mcp-cancellation-task-reaper"
+            )
+
+    def _spawn(self, work: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _resynced(self) -> None:
+        if self._running:
+            self._spawn(self._claim_all(), "mcp-cancellation-task-claims")
+
+    async def _claim_all(self) -> None:
+        """Claim every running task again after a resync: rewrite those the table lost,
+        and stop those that ended meanwhile (this worker was taken for dead)."""
+        for run in list(self._running.values()):
+            if run.ended or run.fenced:
+                continue
+            try:
+                claim = await self.table.claim(run.record)
+            except StorageUnavailable:
+                continue  # the next resync claims it
+            if claim == "ended":
+                run.fence()
+            elif claim == "restored":
+                logger.info("task %s written again after the table was lost", run.record.task_id)
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(REAP_INTERVAL)
+            try:
+                ended = await self.table.reap(_DEAD_WORKER)
+            except StorageUnavailable:
+                continue
+            except Exception:  # never die: a later round may succeed
+                logger.exception("ending dead workers' tasks failed")
+                continue
+            for record in ended:
+                self._orphaned(record)
+
+    def _orphaned(self, record: TaskRecord) -> None:
+        """Report the end of a dead worker's task that this worker wrote."""
+        logger.warning(
+            "task %s in scope %s failed: the worker running it stopped",
+            record.task_id,
+            record.scope,
+        )
+        if task_ended.receivers:
+            tool = record.tool if record.tool in self.task_tools else None
+            seconds = max(0.0, (now_ms() - record.created_ms) / 1000)
+            task_ended.send(
+                self.registry,
+                task_id=record.task_id,
+                scope=record.scope,
+                tool=tool,
+                status="failed",
+                seconds=seconds,
+                orphaned=True,
+            )
+
+    async def shutdown(self) -> None:
+        """Stop taking tasks, give the running ones ``drain_timeout`` to end, cancel what
+        is left (each ends ``failed``: the server stopped), then kill what outlives
+        ``kill_after``. Run by the middleware on the app's lifespan shutdown."""
+        self._closing = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+        running = set(self._running)
+        if running and self.drain_timeout:
+            logger.info("waiting up to %gs for %d task(s)", self.drain_timeout, len(running))
+            _, running = await asyncio.wait(running, timeout=self.drain_timeout)
+        if not running:
+            return
+        logger.warning("stopping %d task(s): the server is shutting down", len(running))
+        for work in running:
+            run = self._running.get(work)
+            if run is not None:
+                run.stop()
+        # Each run kills its tool after kill_after and writes its end; allow for that.
+        grace = (self.kill_after or 0.0) + 2.0
+        _, running = await asyncio.wait(running, timeout=grace)
+        for work in running:  # (kill_after None: a tool that never stops)
+            run = self._running.get(work)
+            work.cancel()
+            if run is not None and not run.ended:
+                await run.end_stopped()
 
     def methods(self) -> list[MethodBinding]:
         return [
@@ -150,6 +270,7 @@ class TasksExtension(Extension):
         """Answer an opted-in tool's call with a task handle, or run it as a plain call."""
         if params.name not in self.task_tools or not _declares(ctx):
             return await call_next(ctx)
+        self._start()
         token = current_token()
         if token is None:  # no middleware in front: no scope to bind the task to
             logger.warning("tasks need CancellationMiddleware in front of the app")
@@ -169,22 +290,28 @@ class TasksExtension(Extension):
             ttl_ms=self.ttl_ms,
             poll_ms=self.poll_ms,
         )
+        if self._closing:
+            self._reject(scope, token.tool, "shutdown")
+            return await call_next(ctx)
         try:
-            created = await self.table.create(record, self.max_tasks_per_scope)
+            created = await self.table.create(record, self.max_tasks_per_scope, self.max_tasks)
         except StorageUnavailable as exc:
             logger.warning("task not created, ran as a plain call: %s", exc)
             self._reject(scope, token.tool, "unavailable")
             return await call_next(ctx)
-        if not created:
-            self._reject(scope, token.tool, "quota")
+        if created != "created":
+            self._reject(scope, token.tool, created)
             return await call_next(ctx)
         run = TaskRun(self, record, token.tool, ctx, call_next)
         work = asyncio.get_running_loop().create_task(run.run(), name=f"task {record.task_id}")
-        self._running.add(work)
-        work.add_done_callback(self._running.discard)
+        self._running[work] = run
+        work.add_done_callback(self._forget)
         if task_created.receivers:
             task_created.send(self.registry, task_id=record.task_id, scope=scope, tool=token.tool)
         return {"resultType": "task", **task_fields(record)}
+
+    def _forget(self, work: asyncio.Task[None]) -> None:
+        self._running.pop(work, None)
 
     def _reject(self, scope: str, tool: str | None, reason: str) -> None:
         if task_rejected.receivers:
@@ -193,6 +320,7 @@ class TasksExtension(Extension):
     # -- tasks/get, tasks/update, tasks/cancel ----------------------------------------
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
+        self._start()
         record = await self._find(ctx, params)
         return {"resultType": "complete", **task_fields(record, detail=True)}
 
@@ -206,8 +334,14 @@ class TasksExtension(Extension):
             # loop busy) waits for that track instead of lapsing after track_wait.
             try:
                 await self.registry.cancel(
-                    record.task_id, "tasks/cancel", record.scope, method="tasks/cancel"
+                    record.task_id, _CLIENT_CANCEL, record.scope, method="tasks/cancel"
                 )
+                # The run writes its end before its request leaves the table: a task
+                # that ended meanwhile left a pending row nobody will claim (task ids
+                # never repeat). Remove it: it would hold the scope's quota.
+                after = await self.table.get(record.scope, record.task_id, _DEAD_WORKER)
+                if after is None or after.status not in ACTIVE:
+                    await self.registry.clear(record.task_id, record.scope)
             except StorageUnavailable as exc:
                 raise MCPError(INTERNAL_ERROR, _UNAVAILABLE) from exc
             except CancellationLimitReached as exc:
@@ -267,19 +401,9 @@ class TasksExtension(Extension):
             raise MCPError(INTERNAL_ERROR, _UNAVAILABLE) from exc
         if record is None:
             raise MCPError(INVALID_PARAMS, _UNKNOWN)
-        if record.orphaned and task_ended.receivers:
+        if record.orphaned:
             # This read ended the task of a dead worker: nobody else reports its end.
-            tool = record.tool if record.tool in self.task_tools else None
-            seconds = max(0.0, (now_ms() - record.created_ms) / 1000)
-            task_ended.send(
-                self.registry,
-                task_id=record.task_id,
-                scope=record.scope,
-                tool=tool,
-                status="failed",
-                seconds=seconds,
-                orphaned=True,
-            )
+            self._orphaned(record)
         return record
 
 

@@ -1,6 +1,6 @@
 """A task's run on the worker that created it: its tool under a registry request keyed by
 (scope, task id), its progress and input through the task table, and its end written
-there (docs/architecture.md, "Tasks")."""
+there, once (docs/architecture.md, "Tasks")."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import REQUEST_CANCELLED, RequestCancelled, StorageUnavailable
+from .._extras import requires
 from ..signals import task_ended
 from ..storage._task_table import ANSWER_PREFIX, INPUT_PREFIX, TERMINAL, TaskRecord
 
+with requires("mcp", "mcp_cancellation.tasks"):
+    from mcp.server.session import ServerSession
+
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, ServerRequestContext
-    from mcp.server.session import ServerSession
-    from mcp_types import ElicitResult
 
     from .._token import RequestToken
     from ._extension import TasksExtension
@@ -30,10 +32,17 @@ logger = logging.getLogger("mcp_cancellation.tasks")
 
 #: How often the run checks whether a cancelled tool outran ``kill_after`` (seconds).
 WATCH_INTERVAL = 0.1
-#: How often a tool waiting for input reads the table for its answer (seconds).
-ANSWER_INTERVAL = 0.05
+#: How often a tool waiting for input looks at its own cancellation (seconds; local only:
+#: the answer itself is pushed, and the table is read only when one arrives).
+CANCEL_CHECK = 0.25
 #: How many times a task's end is written before it is given up (Redis down).
 END_ATTEMPTS = 20
+
+#: The errors a task ends ``failed`` with when this package stops it.
+STOPPED = "The server stopped before the task finished."
+TOO_LARGE = "The task's result is larger than the server keeps ({limit} bytes)."
+#: The reason its token carries when this worker learns that its task was ended elsewhere.
+FENCED = "the task was ended while this worker did not answer"
 
 
 def now_ms() -> int:
@@ -62,6 +71,15 @@ class TaskRun:
         self.ctx = ctx
         self.call_next = call_next
         self._keys = itertools.count(1)
+        self._asking = 0
+        self.token: RequestToken | None = None
+        #: Set when this worker learns that the task ended elsewhere (its worker was taken
+        #: for dead): the tool is stopped and nothing more is written.
+        self.fenced = False
+        #: Set when the server stops: a cancelled tool then ends the task ``failed``.
+        self.stopping = False
+        #: Whether this run wrote its task's end (and sent ``task.ended``).
+        self.ended = False
 
     async def run(self) -> None:
         registry = self.extension.registry
@@ -73,13 +91,22 @@ class TaskRun:
             # No labels: a task's run is not an MCP operation (its tools/call answered at
             # once, and was counted then).
             async with registry.request(record.task_id, record.scope, tool=self.tool) as token:
+                self.token = token
+                if self.fenced:  # (fenced before its request began)
+                    registry.cancel_token(token, FENCED)
                 status, result, error = await self._work(token)
+                # The end is written before the request leaves the table: a tasks/cancel
+                # that still finds the task active finds its request too (no pending row
+                # outlives the task).
+                await self._end(status, result, error)
+                return
         except StorageUnavailable as exc:
             logger.warning("task %s not tracked: %s", record.task_id, exc)
             error = _error(-32603, "Task storage unavailable.")
         except Exception:
             logger.exception("task %s failed", record.task_id)
-        await self._end(status, result, error)
+        if not self.ended:
+            await self._end(status, result, error)
 
     async def _work(self, token: RequestToken) -> tuple[str, str | None, str | None]:
         """Run the tool; its end as (status, encoded result, encoded error)."""
@@ -108,41 +135,100 @@ class TaskRun:
         except asyncio.CancelledError:
             if not killed:
                 raise
-            return "cancelled", None, _error(REQUEST_CANCELLED, "Task cancelled")
+            return self._cancelled()
         except RequestCancelled:
-            return "cancelled", None, _error(REQUEST_CANCELLED, "Task cancelled")
+            return self._cancelled()
         except Exception as exc:
             code, message = _code_of(exc)
             if code == REQUEST_CANCELLED or token.cancelled:
-                return "cancelled", None, _error(REQUEST_CANCELLED, "Task cancelled")
+                return self._cancelled()
             return "failed", None, _error(code, message)
         if token.cancelled:
-            return "cancelled", None, _error(REQUEST_CANCELLED, "Task cancelled")
+            return self._cancelled()
         encoded = _encode_result(value)
         limit = self.extension.max_result_bytes
         if len(encoded.encode("utf-8")) > limit:
-            message = f"The task's result is larger than the server keeps ({limit} bytes)."
-            return "failed", None, _error(-32603, message)
+            return "failed", None, _error(-32603, TOO_LARGE.format(limit=limit))
         return "completed", encoded, None
 
+    def _cancelled(self) -> tuple[str, str | None, str | None]:
+        if self.stopping:
+            return "failed", None, _error(-32603, STOPPED)
+        return "cancelled", None, _error(REQUEST_CANCELLED, "Task cancelled")
+
+    def fence(self) -> None:
+        """The task ended elsewhere (failed while this worker did not answer): stop the
+        tool as a cancellation (``kill_after`` applies) and write nothing more."""
+        if self.fenced:
+            return
+        self.fenced = True
+        logger.warning(
+            "task %s was ended while this worker did not answer: stopping its tool",
+            self.record.task_id,
+        )
+        if self.token is not None:
+            self.extension.registry.cancel_token(self.token, FENCED)
+
+    def stop(self) -> None:
+        """The server stops: cancel the tool (``kill_after`` applies); it ends ``failed``."""
+        self.stopping = True
+        if self.token is not None:
+            self.extension.registry.cancel_token(self.token, STOPPED)
+
+    async def end_stopped(self) -> None:
+        """Write the end of a task whose tool was stopped by force at shutdown."""
+        if not self.ended:
+            await self._end("failed", None, _error(-32603, STOPPED))
+
     async def _end(self, status: str, result: str | None, error: str | None) -> None:
-        """Write the task's end (retried while the table does not answer), then say so."""
+        """Write the task's end (retried while the table does not answer) and, if this
+        write ended it, say so: a task ends once, whoever ends it."""
+        self.ended = True
+        if self.fenced:
+            return
         record = self.record
         fields = {"status": status, "updated": str(now_ms())}
         if result is not None:
             fields["result"] = result
         if error is not None:
             fields["error"] = error
+        # Its statusMessage says why it ended: the error, or the cancellation's reason.
+        if status == "failed" and error is not None:
+            fields["message"] = json.loads(error)["message"]
+        elif status == "cancelled":
+            reason = self.token.reason if self.token is not None else None
+            fields["message"] = reason or "Task cancelled"
+        table = self.extension.table
+        written = False
         delay = 0.05
         for _ in range(END_ATTEMPTS):
             try:
-                await self.extension.table.update(record.scope, record.task_id, fields)
+                written = await table.update(record.scope, record.task_id, fields)
+                if not written and await table.claim(record) == "restored":
+                    # The table was lost before this worker's resync rewrote the task.
+                    written = await table.update(record.scope, record.task_id, fields)
                 break
             except StorageUnavailable:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         else:
             logger.warning("the end of task %s was not recorded", record.task_id)
+            return
+        if not written:
+            logger.warning(
+                "task %s had already ended (its worker was taken for dead): "
+                "its tool's end (%s) is not recorded",
+                record.task_id,
+                status,
+            )
+            return
+        if status == "cancelled":
+            logger.info(
+                "task %s in scope %s cancelled: %s",
+                record.task_id,
+                record.scope,
+                fields.get("message"),
+            )
         if task_ended.receivers:
             task_ended.send(
                 self.extension.registry,
@@ -158,38 +244,70 @@ class TaskRun:
         answer loses a progress message, never the task."""
         fields["updated"] = str(now_ms())
         try:
-            await self.extension.table.update(self.record.scope, self.record.task_id, fields)
+            written = await self.extension.table.update(
+                self.record.scope, self.record.task_id, fields
+            )
         except StorageUnavailable as exc:
             logger.warning("task %s: state not written: %s", self.record.task_id, exc)
+            return
+        if not written:
+            found = await self._read()
+            if found is not None and found.status in TERMINAL:
+                self.fence()
+
+    async def _read(self) -> TaskRecord | None:
+        try:
+            return await self.extension.table.get(self.record.scope, self.record.task_id, "")
+        except StorageUnavailable:
+            return self.record
 
     async def ask(self, request: dict[str, Any], token: RequestToken) -> dict[str, Any]:
         """Put *request* to the client (``input_required``) and wait for its answer,
-        which a ``tasks/update`` on any worker writes."""
+        which a ``tasks/update`` on any worker writes and pushes here: nothing is read
+        while nothing arrives."""
         key = f"input-{next(self._keys)}"
         record = self.record
-        await self.write({"status": "input_required", INPUT_PREFIX + key: json.dumps(request)})
         table = self.extension.table
-        while True:
-            token.raise_if_cancelled()
-            try:
-                found = await table.get(record.scope, record.task_id, "")
-            except StorageUnavailable:
-                found = record
-            if found is None or found.status in TERMINAL:
-                raise RequestCancelled("the task ended while it waited for input")
-            answer = found.answers.get(key)
-            if answer is not None:
-                break
-            await asyncio.sleep(ANSWER_INTERVAL)
-        await self.write({"status": "working", INPUT_PREFIX + key: "", ANSWER_PREFIX + key: ""})
+        self._asking += 1
+        try:
+            with table.watch(record.scope, record.task_id) as changed:
+                await self.write(
+                    {"status": "input_required", INPUT_PREFIX + key: json.dumps(request)}
+                )
+                while True:
+                    changed.clear()
+                    token.raise_if_cancelled()
+                    found = await self._read()
+                    if found is None or found.status in TERMINAL:
+                        raise RequestCancelled("the task ended while it waited for input")
+                    answer = found.answers.get(key)
+                    if answer is not None:
+                        break
+                    while not changed.is_set():
+                        token.raise_if_cancelled()
+                        try:
+                            async with asyncio.timeout(CANCEL_CHECK):
+                                await changed.wait()
+                        except TimeoutError:
+                            pass
+        finally:
+            self._asking -= 1
+        fields = {INPUT_PREFIX + key: "", ANSWER_PREFIX + key: ""}
+        if not self._asking:  # (another question of this task may still wait)
+            fields["status"] = "working"
+        await self.write(fields)
         decoded: dict[str, Any] = json.loads(answer)
         return decoded
 
 
 class _TaskSession:
-    """The session a task's tool sees: the request's, except that progress goes to the
-    task's ``statusMessage`` and an elicitation to its ``inputRequests`` (a task has no
-    back-channel: the client reads both with ``tasks/get``)."""
+    """The session a task's tool sees. A task has no back-channel (its ``tools/call``
+    was answered with the handle): every server-to-client request (elicitation in both
+    modes, sampling, roots, ping) becomes one of its ``inputRequests``, answered through
+    ``tasks/update``; progress goes to its ``statusMessage``; log messages and other
+    notifications go to this server's log (``mcp_cancellation.tasks``, DEBUG), not to the
+    client. The SDK's own methods run with this object as their session, so each one
+    builds its request as usual and sends it here."""
 
     def __init__(self, session: Any, run: TaskRun, token: RequestToken) -> None:
         self._session = session
@@ -199,6 +317,25 @@ class _TaskSession:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._session, name)
 
+    create_message = ServerSession.create_message
+    elicit = ServerSession.elicit
+    elicit_form = ServerSession.elicit_form
+    elicit_url = ServerSession.elicit_url
+    list_roots = ServerSession.list_roots
+    send_ping = ServerSession.send_ping
+
+    async def send_request(
+        self,
+        request: Any,
+        result_type: Any,
+        request_read_timeout_seconds: float | None = None,
+        metadata: Any = None,
+        progress_callback: Any = None,
+    ) -> Any:
+        data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        answer = await self._run.ask(data, self._token)
+        return result_type.model_validate(answer, by_name=False)
+
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
@@ -206,17 +343,27 @@ class _TaskSession:
             message = f"{progress:g}/{total:g}" if total else f"{progress:g}"
         await self._run.write({"message": message})
 
-    async def elicit_form(
-        self, message: str, requested_schema: Any, related_request_id: Any = None
-    ) -> ElicitResult:
-        from mcp_types import ElicitRequest, ElicitRequestFormParams, ElicitResult
+    async def send_progress_notification(
+        self,
+        progress_token: Any,
+        progress: float,
+        total: float | None = None,
+        message: str | None = None,
+        related_request_id: Any = None,
+    ) -> None:
+        await self.report_progress(progress, total, message)
 
-        params = ElicitRequestFormParams(message=message, requested_schema=requested_schema)
-        request = ElicitRequest(params=params).model_dump(
-            by_alias=True, mode="json", exclude_none=True
-        )
-        answer = await self._run.ask(request, self._token)
-        return ElicitResult.model_validate(answer)
+    async def send_log_message(
+        self, level: Any, data: Any, logger: str | None = None, related_request_id: Any = None
+    ) -> None:
+        _log_dropped("log message", level=level, data=data, name=logger)
+
+    async def send_notification(self, notification: Any, related_request_id: Any = None) -> None:
+        _log_dropped("notification", notification=notification)
+
+
+def _log_dropped(what: str, **details: Any) -> None:
+    logger.debug("a task has no stream: its %s is not sent (%r)", what, details)
 
 
 def _code_of(exc: Exception) -> tuple[int, str]:

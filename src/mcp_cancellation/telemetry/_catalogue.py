@@ -199,8 +199,8 @@ ALL: tuple[MetricInfo, ...] = (
         "counter",
         ("scope_kind", "reason"),
         "Calls that could have been tasks and ran as plain calls: reason is quota (the "
-        "scope holds max_tasks_per_scope tasks) or unavailable (the task table did not "
-        "answer).",
+        "scope holds max_tasks_per_scope tasks), full (the table holds max_tasks tasks), "
+        "unavailable (the task table did not answer) or shutdown (the server is stopping).",
     ),
     MetricInfo(
         PREFIX + "tasks_running",
@@ -243,7 +243,7 @@ REJECTIONS: Final = (("quota", "enforce"), ("quota", "shadow"), ("invalid_reques
 #: A task's final statuses (``status`` of ``tasks_ended_total``).
 TASK_STATUSES: Final = ("completed", "failed", "cancelled")
 #: Values of the ``reason`` label of ``tasks_rejected_total``.
-TASK_REJECT_REASONS: Final = ("quota", "unavailable")
+TASK_REJECT_REASONS: Final = ("quota", "full", "unavailable", "shutdown")
 #: The ``scope_rejections`` reason of a scope's call refused as a task by its quota.
 TASK_QUOTA: Final = "task_quota"
 #: The share of its quota at which a scope counts as near it (``scopes_near_quota``).

@@ -79,6 +79,8 @@ class Journal:
     worker: str = ""  # set by the storage before the first call
     #: The table's layout, '<partition>/<partitions>' (kept in ``P layout``).
     layout: str = "0/1"
+    #: Called after each resync (the task table has its running tasks claimed again).
+    resynced: Callable[[], None] = lambda: None
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -341,6 +343,7 @@ class Journal:
                 token._cancel(tracked.claim.reason)
                 flipped += 1
         self.resyncs += 1
+        self.resynced()
         stale = reply.stale
         if stale:
             logger.info("released %d in-flight row(s) Redis held for this worker", stale)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from ..._errors import ConfigurationError, StorageUnavailable
 from ..._extras import requires
 from .._base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
-from .._task_table import TaskRecord, TaskTable
+from .._task_table import Claim, Created, TaskRecord, TaskTable
 from ._connect import connect, table_identity
 from ._layout import check_layout, partition_prefixes
 from ._storage import DEFAULT_PREFIX, RedisStorage
@@ -283,17 +283,21 @@ def _merge(parts: Collection[TableSummary], top_k: int) -> TableSummary:
 class PartitionedTaskTable(TaskTable):
     """The task tables of a partitioned table's partitions, each task in its scope's."""
 
+    shared = True
     #: The partitions the last :meth:`tasks` could not read.
     unreadable: tuple[Unreadable, ...] = ()
 
     def __init__(
         self, partitions: Sequence[RedisStorage], partition_of: Callable[[str], RedisStorage]
     ) -> None:
+        super().__init__()
         self._partitions = partitions
         self._of = partition_of
 
-    async def create(self, record: TaskRecord, quota: int | None) -> bool:
-        return await self._of(record.scope).task_table.create(record, quota)
+    async def create(self, record: TaskRecord, quota: int | None, max_tasks: int | None) -> Created:
+        # The table's bound is split evenly: each partition holds its share.
+        share = None if max_tasks is None else max(1, -(-max_tasks // len(self._partitions)))
+        return await self._of(record.scope).task_table.create(record, quota, share)
 
     async def get(self, scope: str, task_id: str, dead_worker_error: str) -> TaskRecord | None:
         return await self._of(scope).task_table.get(scope, task_id, dead_worker_error)
@@ -303,6 +307,23 @@ class PartitionedTaskTable(TaskTable):
 
     async def answer(self, scope: str, task_id: str, answers: Mapping[str, str]) -> bool:
         return await self._of(scope).task_table.answer(scope, task_id, answers)
+
+    async def claim(self, record: TaskRecord) -> Claim:
+        return await self._of(record.scope).task_table.claim(record)
+
+    async def reap(self, dead_worker_error: str) -> list[TaskRecord]:
+        """The dead workers' tasks of every partition that answers."""
+        found, _ = await read_partitions(
+            self._partitions, lambda part: part.task_table.reap(dead_worker_error)
+        )
+        return found
+
+    def watch(self, scope: str, task_id: str) -> contextlib.AbstractContextManager[asyncio.Event]:
+        return self._of(scope).task_table.watch(scope, task_id)
+
+    def on_resync(self, listener: Callable[[], None]) -> None:
+        for part in self._partitions:
+            part.task_table.on_resync(listener)
 
     async def tasks(self) -> list[TaskRecord]:
         """The tasks of every partition that answers; one that cannot be read is left out

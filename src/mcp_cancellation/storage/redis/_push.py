@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ._codec import decode_reason, split_netstrings, text, to_bytes
@@ -84,6 +85,10 @@ class Push:
     journal: Journal
     heartbeat_ttl: float
     backoff: tuple[float, float]
+    #: Hears a task's answer pushed to this worker (``a`` + netstrings, lua/task_answer.lua).
+    answered: Callable[[bytes], None]
+    #: Called on each (re)subscription: messages may have been missed meanwhile.
+    resubscribed: Callable[[], None]
     subscribed: bool = dataclasses.field(default=False, init=False)
     _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list, init=False)
 
@@ -121,7 +126,15 @@ class Push:
 
     def deliver(self, data: bytes | str) -> None:
         """Flip the tokens one pushed message reaches: ``(scope, key, reason, origin,
-        sequence)``, netstrings (lua/add.lua); the origin is ``@operator`` or ``@``."""
+        sequence)``, netstrings (lua/add.lua); the origin is ``@operator`` or ``@``. A
+        message that starts with ``a`` is a task's answer instead (lua/task_answer.lua)."""
+        raw = to_bytes(data)
+        if raw[:1] == b"a":
+            try:
+                self.answered(raw)
+            except (ValueError, IndexError):
+                logger.warning("ignoring a malformed answer message")
+            return
         try:
             scope, key, reason, origin, sequence = split_netstrings(to_bytes(data))
             tokens = self.journal.pushed(text(scope), text(key), int(sequence))
@@ -167,6 +180,7 @@ class Push:
                         self.subscribed = True
                         delay = self.backoff[0]
                         self.journal.want_resync()  # messages may have been missed
+                        self.resubscribed()
                     elif kind == subscription.message:
                         if to_bytes(message["channel"]) == broadcast:
                             data = text(message["data"])

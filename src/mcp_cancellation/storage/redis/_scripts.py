@@ -39,6 +39,8 @@ NAMES = (
     "TASK_GET",
     "TASK_SET",
     "TASK_ANSWER",
+    "TASK_CLAIM",
+    "TASK_REAP",
 )
 
 
@@ -49,13 +51,14 @@ def _read(name: str) -> str:
 
 def source(name: str, *, sharded: bool = False) -> str:
     """The text of script *name* (one of :data:`NAMES`): ``base.lua``, then for a row
-    script ``prelude.lua`` (a task script needs none of it, and defining its functions is
-    most of a small script's cost), then its own; with *sharded* (a cluster), pushes use
+    script ``prelude.lua``, for a task script ``tasks.lua`` (a task script needs none of
+    the row prelude, and defining its functions is most of a small script's cost), then
+    its own; with *sharded* (a cluster), pushes use
     ``SPUBLISH``, so a message stays within the table's shard (the channel shares the
     keys' hash tag)."""
     if name not in NAMES:
         raise KeyError(name)
-    prelude = "" if name.startswith("TASK_") else _read("prelude")
+    prelude = _read("tasks") if name.startswith("TASK_") else _read("prelude")
     text = _read("base") + prelude + _read(name.lower())
     return text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'") if sharded else text
 

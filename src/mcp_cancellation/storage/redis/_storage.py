@@ -36,6 +36,7 @@ from ._contracts import (
 from ._home import HomeLoop
 from ._journal import Journal
 from ._layout import check_layout
+from ._liveness import Liveness, sync_twin
 from ._operator_view import read_in_flight
 from ._push import ChannelSubscription, Push, Subscription, announce_refusal
 from ._scripts import Scripts
@@ -94,7 +95,7 @@ class RedisStorage(Storage):
         *,
         prefix: str = DEFAULT_PREFIX,
         timeout: float = 5.0,
-        heartbeat_ttl: float = 30.0,
+        heartbeat_ttl: float = 8.0,
         cleanup_batch: int = DEFAULT_CLEANUP_BATCH,
         reconnect_backoff: tuple[float, float] = (0.05, 2.0),
         identity: str | None = None,
@@ -155,6 +156,7 @@ class RedisStorage(Storage):
             ),
             wait=max_wait,
             backoff=reconnect_backoff,
+            resynced=self._tasks.resynced,
         )
         self._journal.worker = uuid.uuid4().hex[:12]
         self._push = Push(
@@ -164,7 +166,10 @@ class RedisStorage(Storage):
             journal=self._journal,
             heartbeat_ttl=heartbeat_ttl,
             backoff=reconnect_backoff,
+            answered=self._tasks.pushed,
+            resubscribed=self._tasks.wakeups.wake_all,
         )
+        self._liveness: Liveness | None = None
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -254,6 +259,19 @@ class RedisStorage(Storage):
         self._used = True
         if not (self._push.started or self._home.closed or self.operator):
             self._push.start()
+            self._start_liveness()
+
+    def _start_liveness(self) -> None:
+        """Beat from a thread of its own (see :mod:`._liveness`); the loop's heartbeat
+        (with each ``SYNC``) goes on beside it."""
+        self._liveness = Liveness(
+            functools.partial(sync_twin, self._redis, min(self.timeout, 2.0)),
+            self._prefix + b"hb:" + to_bytes(self.worker_id),
+            max(1, int(self.heartbeat_ttl * 1000)),
+            self.heartbeat_ttl / 4,
+            functools.partial(self._home.soon, self._journal.want_resync),
+        )
+        self._liveness.start(f"mcp-cancellation-heartbeat-{self.worker_id}")
 
     async def _run(self, name: str, argv: Sequence[bytes | str], operation: str = "") -> Any:
         """One script, on the home loop, bounded and translated; a failure is reported
@@ -501,6 +519,8 @@ class RedisStorage(Storage):
             return
         await self._journal.close(self.timeout)
         self._home.closed = True
+        if self._liveness is not None:
+            await asyncio.to_thread(self._liveness.stop)
         await self._push.stop()
         if self._close_client:
             with contextlib.suppress(Exception):  # a client that is already gone

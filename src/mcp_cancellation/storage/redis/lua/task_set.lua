@@ -2,12 +2,13 @@
 -- KEYS[1]: P scopes (routing only).
 -- ARGV (built by _tasks.RedisTaskTable.update): 1 prefix P, 2 scope, 3 task id,
 --   4.. field, value pairs (an empty value removes an 'i:' or 'a:' field).
--- Reply: 1 written; 0 the task is unknown or has ended (nothing written).
-local task = P .. 'task:' .. member(ARGV[2], ARGV[3])
+-- Reply: 1 written; 0 the task is unknown or has ended (nothing written). A terminal
+-- 'status' ends the task: it expires its ttl from now.
+local m = member(ARGV[2], ARGV[3])
+local task = task_key(m)
 local status = redis.call('HGET', task, 'status')
-if not status or status == 'completed' or status == 'failed' or status == 'cancelled' then
-  return 0
-end
+if not status or not active(status) then return 0 end
+local ends = false
 for i = 4, #ARGV - 1, 2 do
   local name, value = ARGV[i], ARGV[i + 1]
   local kind = string.sub(name, 1, 2)
@@ -15,6 +16,8 @@ for i = 4, #ARGV - 1, 2 do
     redis.call('HDEL', task, name)
   else
     redis.call('HSET', task, name, value)
+    if name == 'status' and not active(value) then ends = true end
   end
 end
+if ends then end_task(m, now_ms()) end
 return 1
