@@ -1,7 +1,10 @@
 """The MCP app of the task tests: an SDK server with TasksExtension behind
 CancellationMiddleware. Its tools: ``slow_count`` (polls its cancellation, reports
 progress), ``stubborn`` (ignores it), ``ask_name`` (elicits), ``sized`` (a result of a
-given size), ``broken`` (a tool error) and ``quick`` (a plain tool, never a task).
+given size), ``broken`` (a tool error), ``blocking`` (blocks its event loop),
+``ask_both`` (two questions at once), ``server_requests`` (sampling, roots and a URL
+elicitation, and a log message) and ``quick`` (a plain tool, never a task). A tool given
+a ``marker`` sets that key in the Redis at ``$MCP_BENCH_MARKER_URL`` once it ends.
 
 Run as ``python -m tests.tasks._app --port P --redis-url URL --prefix PREFIX`` for a
 worker process of its own (which also serves ``POST /hog?ms=N``: a busy event loop).
@@ -13,17 +16,30 @@ import argparse
 import asyncio
 import logging
 import os
+import time
+import warnings
 from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp_types import SamplingMessage, TextContent
 from pydantic import BaseModel
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, cancelled
 from mcp_cancellation.tasks import TasksExtension
 from mcp_cancellation.telemetry import metrics_app
 
-TASK_TOOLS = {"slow_count", "stubborn", "ask_name", "sized", "broken"}
+TASK_TOOLS = {
+    "slow_count",
+    "stubborn",
+    "ask_name",
+    "sized",
+    "broken",
+    "blocking",
+    "ask_both",
+    "server_requests",
+}
 
 
 class Name(BaseModel):
@@ -60,9 +76,41 @@ def build_tasks_app(registry: CancellationRegistry, **options: Any) -> Any:
                 mark_stopped(marker)
 
     @server.tool()
-    async def stubborn(seconds: float) -> str:
+    async def stubborn(seconds: float, marker: str = "") -> str:
         await asyncio.sleep(seconds)  # never looks at its cancellation
+        if marker:
+            mark_stopped(marker)
         return "done anyway"
+
+    @server.tool()
+    async def blocking(seconds: float, marker: str = "") -> str:
+        time.sleep(seconds)  # blocks the event loop (a sync client, CPU work)  # noqa: ASYNC251
+        if marker:
+            mark_stopped(marker)
+        return f"blocked {seconds:g}s"
+
+    @server.tool()
+    async def ask_both(ctx: Context) -> str:
+        first, second = await asyncio.gather(
+            ctx.elicit("First?", Name), ctx.elicit("Second?", Name)
+        )
+        answers = (first, second)
+        return " & ".join(a.data.name if a.action == "accept" else a.action for a in answers)
+
+    @server.tool()
+    async def server_requests(ctx: Context) -> str:
+        # (Logging, sampling and roots are deprecated at 2026-07-28, and still served.)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            await ctx.info("logged inside a task")
+            sampled = await ctx.session.create_message(
+                [SamplingMessage(role="user", content=TextContent(type="text", text="Hi?"))],
+                max_tokens=5,
+            )
+            roots = await ctx.session.list_roots()
+        url = await ctx.elicit_url("Sign in", "https://example.invalid/login", "e-1")
+        text = sampled.content.text if isinstance(sampled.content, TextContent) else "?"
+        return f"{text} | {len(roots.roots)} roots | {url.action}"
 
     @server.tool()
     async def ask_name(ctx: Context) -> str:
@@ -110,8 +158,11 @@ def main() -> None:
     parser.add_argument("--heartbeat-ttl", type=float, default=1.0)
     parser.add_argument("--ttl", type=float, default=600.0)
     parser.add_argument("--quota", type=int, default=3)
+    parser.add_argument("--max-tasks", type=int, default=10_000)
+    parser.add_argument("--drain-timeout", type=float, default=0.5)
+    parser.add_argument("--kill-after", type=float, default=0.5)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.INFO if os.environ.get("TASKS_APP_INFO") else logging.WARNING)
     options: dict[str, Any] = {"prefix": args.prefix, "heartbeat_ttl": args.heartbeat_ttl}
     storage: Storage
     if args.partitions:
@@ -123,7 +174,16 @@ def main() -> None:
     registry = CancellationRegistry(storage, janitor_interval=0.5)
     uvicorn.run(
         # POST /hog?ms=N: N ms of CPU-bound work on the worker's loop (see hogging).
-        hogging(build_tasks_app(registry, ttl=args.ttl, max_tasks_per_scope=args.quota)),
+        hogging(
+            build_tasks_app(
+                registry,
+                ttl=args.ttl,
+                max_tasks_per_scope=args.quota,
+                max_tasks=args.max_tasks,
+                drain_timeout=args.drain_timeout,
+                kill_after=args.kill_after,
+            )
+        ),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

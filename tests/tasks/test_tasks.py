@@ -450,3 +450,71 @@ async def test_a_cancel_sent_while_the_owner_s_loop_is_busy_stops_the_task(
     finally:
         owner.stop()
         idle.stop()
+
+
+async def test_every_server_request_inside_a_task_becomes_an_input_request(
+    servers: tuple[str, str], http: httpx.AsyncClient
+) -> None:
+    a, b = servers
+    caller = Caller(http, address())
+    task_id = await caller.create(a, "server_requests", {})
+    sampled = {
+        "role": "assistant",
+        "content": {"type": "text", "text": "hello"},
+        "model": "test-model",
+        "stopReason": "endTurn",
+    }
+    answers = {
+        "sampling/createMessage": sampled,
+        "roots/list": {"roots": [{"uri": "file:///tmp", "name": "tmp"}]},
+        "elicitation/create": {"action": "accept"},
+    }
+    asked: list[str] = []
+    while len(asked) < 3:
+        waiting = await until_status(caller, b, task_id, {"input_required", "completed"})
+        assert waiting["status"] == "input_required", waiting
+        pending = waiting.get("inputRequests", {})
+        fresh = [k for k in pending if k not in asked]
+        if not fresh:
+            continue
+        (key,) = fresh
+        method = pending[key]["method"]
+        asked.append(key)
+        if method == "elicitation/create":
+            assert pending[key]["params"]["mode"] == "url"
+            assert pending[key]["params"]["url"] == "https://example.invalid/login"
+        answer = {key: answers[method]}
+        await caller.rpc(a, "tasks/update", {"taskId": task_id, "inputResponses": answer})
+    done = await until_status(caller, b, task_id, {"completed"})
+    # The log message went to the server's log, not to a stream the task does not have.
+    assert done["result"]["content"][0]["text"] == "hello | 1 roots | accept"
+
+
+async def test_a_partial_answer_leaves_the_other_question_visible(
+    servers: tuple[str, str], http: httpx.AsyncClient
+) -> None:
+    a, b = servers
+    caller = Caller(http, address())
+    task_id = await caller.create(a, "ask_both", {})
+
+    async def both_asked() -> bool:
+        found = await caller.get(b, task_id)
+        return len(found.get("inputRequests", {})) == 2
+
+    await async_wait_until(both_asked, within=15)
+    questions = (await caller.get(b, task_id))["inputRequests"]
+    first, second = sorted(questions)
+    accept = {"action": "accept", "content": {"name": "Al"}}
+    await caller.rpc(b, "tasks/update", {"taskId": task_id, "inputResponses": {first: accept}})
+
+    async def first_taken() -> bool:  # the tool has its answer, and removed the question
+        found = await caller.get(a, task_id)
+        return first not in found.get("inputRequests", {first: None})
+
+    await async_wait_until(first_taken, within=15)
+    found = await caller.get(a, task_id)
+    assert found["status"] == "input_required"
+    assert list(found["inputRequests"]) == [second]
+    await caller.rpc(a, "tasks/update", {"taskId": task_id, "inputResponses": {second: accept}})
+    done = await until_status(caller, b, task_id, {"completed"})
+    assert done["result"]["content"][0]["text"] == "Al & Al"

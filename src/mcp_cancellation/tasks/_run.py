@@ -19,6 +19,7 @@ from ..storage._task_table import ANSWER_PREFIX, INPUT_PREFIX, TERMINAL, TaskRec
 
 with requires("mcp", "mcp_cancellation.tasks"):
     from mcp.server.session import ServerSession
+    from mcp.shared.exceptions import MCPError
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, ServerRequestContext
@@ -276,15 +277,15 @@ class TaskRun:
                 )
                 while True:
                     changed.clear()
-                    token.raise_if_cancelled()
+                    _stop_if_cancelled(token)
                     found = await self._read()
                     if found is None or found.status in TERMINAL:
-                        raise RequestCancelled("the task ended while it waited for input")
+                        raise MCPError(REQUEST_CANCELLED, "The task ended while it waited.")
                     answer = found.answers.get(key)
                     if answer is not None:
                         break
                     while not changed.is_set():
-                        token.raise_if_cancelled()
+                        _stop_if_cancelled(token)
                         try:
                             async with asyncio.timeout(CANCEL_CHECK):
                                 await changed.wait()
@@ -360,6 +361,14 @@ class _TaskSession:
 
     async def send_notification(self, notification: Any, related_request_id: Any = None) -> None:
         _log_dropped("notification", notification=notification)
+
+
+def _stop_if_cancelled(token: RequestToken) -> None:
+    """Stop a wait for input of a cancelled task: as a protocol error, which the SDK
+    passes up quietly (any other exception from a tool it logs as a crash)."""
+    if token.cancelled:
+        token.mark_observed()
+        raise MCPError(REQUEST_CANCELLED, token.reason or "Task cancelled")
 
 
 def _log_dropped(what: str, **details: Any) -> None:

@@ -13,6 +13,7 @@ call is one script run: one round trip.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -75,6 +76,7 @@ class RedisTaskTable(TaskTable):
             self._grace_ms,
             dead_worker_error,
             _now_ms(),
+            _message_of(dead_worker_error),
         ]
         reply = await self._storage._run("TASK_GET", argv, "task")
         if not reply:
@@ -108,6 +110,7 @@ class RedisTaskTable(TaskTable):
             dead_worker_error,
             _now_ms(),
             str(REAP_BATCH),
+            _message_of(dead_worker_error),
         ]
         reply = await self._storage._run("TASK_REAP", argv, "task")
         ended: list[TaskRecord] = []
@@ -156,6 +159,15 @@ class RedisTaskTable(TaskTable):
             if len(page) < LIST_PAGE:
                 return found
             offset += LIST_PAGE
+
+
+def _message_of(error: str) -> str:
+    """The ``message`` of an encoded JSON-RPC error (its task's ``statusMessage``)."""
+    try:
+        message = json.loads(error).get("message") if error else None
+    except (ValueError, AttributeError):
+        message = None
+    return message if isinstance(message, str) else ""
 
 
 def _pairs(reply: list[Any]) -> dict[str, str]:

@@ -3,7 +3,7 @@
 -- ARGV (built by _tasks.RedisTaskTable.get): 1 prefix P, 2 scope, 3 task id,
 --   4 grace_ms (a worker is dead once its heartbeat is gone and the task is older than
 --   this), 5 the error a dead worker's task ends with, 6 now (ms, for 'updated'),
---   7 the fields to read ('' for all; else names separated by ',').
+--   7 its status message.
 -- Reply: {1 if this call ended the task (its worker died) else 0, the task's fields
 -- (name, value pairs)}, or false when there is none in this scope.
 local m = member(ARGV[2], ARGV[3])
@@ -16,7 +16,8 @@ if active(status) then
   local born = tonumber(redis.call('HGET', task, '.born') or '0')
   local now = now_ms()
   if redis.call('EXISTS', hb_key(worker)) == 0 and now - born > tonumber(ARGV[4]) then
-    redis.call('HSET', task, 'status', 'failed', 'error', ARGV[5], 'updated', ARGV[6])
+    redis.call('HSET', task, 'status', 'failed', 'error', ARGV[5], 'updated', ARGV[6],
+      'message', ARGV[7])
     end_task(m, now)
     ended = 1
   end

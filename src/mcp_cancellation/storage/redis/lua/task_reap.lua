@@ -3,7 +3,8 @@
 -- KEYS[1]: P scopes (routing only).
 -- ARGV (built by _tasks.RedisTaskTable.reap): 1 prefix P, 2 grace_ms (a task younger
 --   than this is left: its worker may not have beaten yet), 3 the error a dead worker's
---   task ends with, 4 now (ms, for 'updated'), 5 the most tasks one call ends.
+--   task ends with, 4 now (ms, for 'updated'), 5 the most tasks one call ends, 6 its
+--   status message.
 -- Reply: the tasks this call ended, {member, tool, created ms} each (their ends are
 -- reported by the caller: nobody else will).
 local grace, limit = tonumber(ARGV[2]), tonumber(ARGV[5])
@@ -19,7 +20,8 @@ for _, w in ipairs(redis.call('SMEMBERS', RUNNERS)) do
       if not fields[1] or not active(fields[1]) or fields[2] ~= w then
         redis.call('SREM', runs, m)
       elseif now - tonumber(fields[3] or '0') > grace then
-        redis.call('HSET', task, 'status', 'failed', 'error', ARGV[3], 'updated', ARGV[4])
+        redis.call('HSET', task, 'status', 'failed', 'error', ARGV[3], 'updated', ARGV[4],
+          'message', ARGV[6])
         end_task(m, now)
         out[#out + 1] = m
         out[#out + 1] = fields[4] or ''
