@@ -202,8 +202,8 @@ async def test_a_hundred_tasks_waiting_for_input_cost_redis_nothing(
             # Every answer still reaches its tool, pushed to the worker that runs it.
             for task_id in ids[:10]:
                 for name in ("Al", "Bo"):
-                    waiting = await until_status(caller, b.url, task_id, {"input_required"})
-                    (key,) = waiting["inputRequests"]
+                    asking = await until_status(caller, b.url, task_id, {"input_required"})
+                    (key,) = asking["inputRequests"]
                     answer = {key: {"action": "accept", "content": {"name": name}}}
                     await caller.rpc(
                         b.url, "tasks/update", {"taskId": task_id, "inputResponses": answer}
