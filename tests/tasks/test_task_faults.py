@@ -163,6 +163,34 @@ async def test_after_flushall_running_tasks_read_and_cancel_again(
         workers.stop()
 
 
+async def test_after_a_redis_restart_running_tasks_read_cancel_and_end_again(
+    http: httpx.AsyncClient,
+) -> None:
+    with RedisServer() as server:  # no persistence: the restart loses the table
+        workers = Pair(server.url, heartbeat_ttl=1.0)
+        try:
+            a, b = workers.a, workers.b
+            caller = Caller(http, address())
+            cancel_me = await caller.create(a.url, "slow_count", {"n": 100_000, "step": 0.01})
+            finish = await caller.create(b.url, "stubborn", {"seconds": 4})
+            await until_status(caller, b.url, cancel_me, {"working"})
+            server.kill()
+            server.start()
+
+            async def readable(task_id: str) -> bool:
+                answer = await caller.rpc(b.url, "tasks/get", {"taskId": task_id})
+                return bool(answer.get("result", {}).get("status") in ("working", "completed"))
+
+            await async_wait_until(lambda: readable(cancel_me), within=20, interval=0.1)
+            await caller.rpc(a.url, "tasks/cancel", {"taskId": cancel_me})
+            await until_status(caller, b.url, cancel_me, {"cancelled"}, within=10)
+            await async_wait_until(lambda: readable(finish), within=20, interval=0.1)
+            done = await until_status(caller, a.url, finish, {"completed"}, within=15)
+            assert done["result"]["content"][0]["text"] == "done anyway"
+        finally:
+            workers.stop()
+
+
 async def test_a_hundred_tasks_waiting_for_input_cost_redis_nothing(
     http: httpx.AsyncClient,
 ) -> None:
