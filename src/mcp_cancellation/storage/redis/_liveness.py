@@ -20,10 +20,17 @@ from typing import Any
 from ..._extras import requires
 
 with requires("redis", "RedisStorage"):
-    import redis
-    import redis.cluster
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
+    from redis.client import Redis as SyncRedis
+    from redis.cluster import ClusterNode
+    from redis.cluster import RedisCluster as SyncCluster
+    from redis.connection import (
+        Connection,
+        ConnectionPool,
+        SSLConnection,
+        UnixDomainSocketConnection,
+    )
     from redis.exceptions import RedisClusterException, RedisError
 
 __all__ = ["Liveness", "sync_twin"]
@@ -51,16 +58,14 @@ _COPIED = (
     "ssl_min_version",
     "ssl_ciphers",
 )
-_CLASSES = {
-    "Connection": redis.connection.Connection,
-    "SSLConnection": redis.connection.SSLConnection,
-    "UnixDomainSocketConnection": redis.connection.UnixDomainSocketConnection,
+_CLASSES: dict[str, type[Connection] | type[UnixDomainSocketConnection]] = {
+    "Connection": Connection,
+    "SSLConnection": SSLConnection,
+    "UnixDomainSocketConnection": UnixDomainSocketConnection,
 }
 
 
-def sync_twin(
-    client: Redis | RedisCluster, timeout: float
-) -> redis.Redis | redis.cluster.RedisCluster:
+def sync_twin(client: Redis | RedisCluster, timeout: float) -> SyncRedis | SyncCluster:
     """A blocking client to the server (or cluster) *client* reaches, with the same
     credentials and TLS settings, each command bounded by *timeout*."""
     bounds: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
@@ -69,7 +74,7 @@ def sync_twin(
         kwargs = {k: v for k, v in manager.connection_kwargs.items() if k in _COPIED}
         kwargs.pop("host", None)
         kwargs.pop("port", None)
-        node_class: Any = redis.cluster.ClusterNode
+        node_class: Any = ClusterNode
         nodes = [
             node_class(node.host, node.port)
             for node in list(manager.startup_nodes.values()) or client.get_nodes()
@@ -77,14 +82,14 @@ def sync_twin(
         ssl = getattr(manager, "connection_kwargs", {}).get("connection_class")
         if ssl is not None and ssl.__name__ == "SSLConnection":
             kwargs["ssl"] = True
-        return redis.cluster.RedisCluster(startup_nodes=nodes, **kwargs, **bounds)
+        return SyncCluster(startup_nodes=nodes, **kwargs, **bounds)
     pool: Any = client.connection_pool
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _COPIED}
-    connection_class = _CLASSES.get(pool.connection_class.__name__, redis.connection.Connection)
-    sync_pool = redis.ConnectionPool(
+    connection_class = _CLASSES.get(pool.connection_class.__name__, Connection)
+    sync_pool = ConnectionPool(
         connection_class=connection_class, max_connections=2, **kwargs, **bounds
     )
-    return redis.Redis(connection_pool=sync_pool)
+    return SyncRedis(connection_pool=sync_pool)
 
 
 class Liveness:
@@ -94,7 +99,7 @@ class Liveness:
 
     def __init__(
         self,
-        connect: Callable[[], redis.Redis | redis.cluster.RedisCluster],
+        connect: Callable[[], SyncRedis | SyncCluster],
         key: bytes,
         ttl_ms: int,
         interval: float,
