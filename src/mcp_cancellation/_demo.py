@@ -82,6 +82,7 @@ def build_demo_server(
         instructions="Call slow_count, then cancel it from another request or by hanging up.",
         log_level="WARNING",
         extensions=extensions,
+        middleware=extensions,  # (tools/list states slow_count's task support)
     )
 
     @server.tool()
@@ -258,9 +259,50 @@ mcp-cancellation demo: stateless Streamable HTTP MCP server ({mode})
 
 3. Or press Ctrl-C in terminal A: a disconnect cancels the call too.
 
+{_task_instructions(url, headers)}
+
 Or let the Python client do all three:
      {client_command(url)}
 """
+
+
+#: A 2026-07-28 request's ``_meta``: its protocol version, and its per-request
+#: capabilities declaring the tasks extension.
+TASK_META = (
+    '{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+    '"io.modelcontextprotocol/clientCapabilities":'
+    '{"extensions":{"io.modelcontextprotocol/tasks":{}}}}'
+)
+
+
+def _task_instructions(url: str, headers: str) -> str:
+    """Step 4 of the banner: ``slow_count`` as a task, with curl (SEP-2663's raw wire)."""
+    modern = f"{headers} -H 'mcp-protocol-version: 2026-07-28'"
+    call = (
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"slow_count",'
+        f'"arguments":{{"seconds":30}},"_meta":{TASK_META}}}}}'
+    )
+
+    def on_task(method: str, request_id: int) -> str:
+        body = (
+            f'{{"jsonrpc":"2.0","id":{request_id},"method":"{method}","params":'
+            f'{{"taskId":"\'"$TASK"\'","_meta":{TASK_META}}}}}'
+        )
+        return (
+            f"     curl -s {url} {modern} -H 'mcp-method: {method}' -H \"mcp-name: $TASK\" \\\n"
+            f"       -d '{body}'"
+        )
+
+    return f"""4. Or run it as a task (SEP-2663, protocol 2026-07-28): answered at once with a
+   task id, then polled and cancelled from any request, on any worker:
+     curl -s {url} {modern} -H 'mcp-method: tools/call' -H 'mcp-name: slow_count' \\
+       -d '{call}'
+   Its answer is {{"result":{{"resultType":"task","taskId":"...",...}}}}. With that id:
+     TASK=<the taskId>
+{on_task("tasks/get", 3)}
+{on_task("tasks/cancel", 4)}
+   tasks/get shows "status":"working" and the progress in "statusMessage", then
+   "cancelled" once tasks/cancel stopped it."""
 
 
 def add_parser(subparsers: Any) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
 import sys
 import threading
 from typing import Any
@@ -233,3 +235,46 @@ async def test_printed_recipe_cancels_slow_count(
 def _text(result: Any) -> str:
     text: str = result.content[0].text
     return text
+
+
+@pytest.mark.parametrize("json_response", [True, False], ids=["json", "sse"])
+def test_the_banner_s_task_commands_run_as_printed(json_response: bool) -> None:
+    """Step 4 of the banner, run by bash as printed: curl creates the task, polls it and
+    cancels it (the demo serves slow_count as a task)."""
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    app = build_demo_app(registry, json_response=json_response, poll_interval=0.02)
+    with UvicornThread(app, proxy_headers=False) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        text = _instructions("127.0.0.1", port, json_response)
+        step = text.split("4. Or run it as a task", 1)[1].split("Or let the Python client", 1)[0]
+        lines = step.splitlines()
+        commands = [
+            line.strip() + "\n" + lines[i + 1].strip()
+            for i, line in enumerate(lines)
+            if line.strip().startswith("curl ")
+        ]
+        assert len(commands) == 3, step
+        assert "TASK=<the taskId>" in step
+        create, get, cancel = commands
+
+        def run(command: str, task: str = "") -> dict[str, Any]:
+            done = subprocess.run(
+                ["bash", "-c", command],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env={**os.environ, "TASK": task},
+                check=True,
+            )
+            out = done.stdout.strip()
+            if out.startswith("event:") or "data:" in out:  # an SSE answer: its data line
+                out = next(x[5:].strip() for x in out.splitlines() if x.startswith("data:"))
+            answer: dict[str, Any] = json.loads(out)
+            return answer
+
+        created = run(create)["result"]
+        assert created["resultType"] == "task"
+        task = created["taskId"]
+        assert run(get, task)["result"]["status"] == "working"
+        assert run(cancel, task)["result"]["resultType"] == "complete"
+        wait_until(lambda: run(get, task)["result"]["status"] == "cancelled", timeout=10)

@@ -23,11 +23,17 @@ from typing import Any
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPDeprecationWarning
-from mcp_types import SamplingMessage, TextContent
+from mcp_types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    InputRequiredResult,
+    SamplingMessage,
+    TextContent,
+)
 from pydantic import BaseModel
 
 from mcp_cancellation import CancellationMiddleware, CancellationRegistry, cancelled
-from mcp_cancellation.tasks import TasksExtension
+from mcp_cancellation.tasks import TasksExtension, TaskSupport
 from mcp_cancellation.telemetry import metrics_app
 
 TASK_TOOLS = {
@@ -39,7 +45,10 @@ TASK_TOOLS = {
     "blocking",
     "ask_both",
     "server_requests",
+    "input_first",
 }
+#: Tools that run only as tasks (SEP-2663 task support ``required``).
+REQUIRED_TOOLS = {"required_job"}
 
 
 class Name(BaseModel):
@@ -59,8 +68,11 @@ def mark_stopped(key: str) -> None:
 def build_tasks_app(registry: CancellationRegistry, **options: Any) -> Any:
     options.setdefault("poll_interval", 0.05)
     options.setdefault("kill_after", 0.5)
-    extension = TasksExtension(registry, tools=TASK_TOOLS, **options)
-    server = MCPServer("tasks", extensions=[extension])
+    support: dict[str, TaskSupport] = dict.fromkeys(TASK_TOOLS, "optional")
+    support.update(dict.fromkeys(REQUIRED_TOOLS, "required"))
+    support["quick"] = "forbidden"
+    extension = TasksExtension(registry, tools=support, **options)
+    server = MCPServer("tasks", extensions=[extension], middleware=[extension])
 
     @server.tool()
     async def slow_count(n: int, ctx: Context, step: float = 0.02, marker: str = "") -> str:
@@ -129,9 +141,38 @@ def build_tasks_app(registry: CancellationRegistry, **options: Any) -> Any:
     async def quick() -> str:
         return "quick"
 
+    @server.tool()
+    async def required_job(seconds: float = 0.0) -> str:
+        await asyncio.sleep(seconds)
+        return "required done"
+
+    @server.tool()
+    async def input_first(ctx: Context, seconds: float = 0.3) -> str | InputRequiredResult:
+        """Asks for a name first (an input round, SEP-2322), then works on it."""
+        answers = ctx.input_responses or {}
+        answer = answers.get("name")
+        if answer is None:
+            ask = ElicitRequest(
+                params=ElicitRequestFormParams(
+                    message="Your name?",
+                    requested_schema={
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}},
+                        "required": ["name"],
+                    },
+                )
+            )
+            return InputRequiredResult(input_requests={"name": ask})
+        await asyncio.sleep(seconds)
+        content = getattr(answer, "content", None) or {}
+        return f"hello {content.get('name', '?')}"
+
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     middleware = CancellationMiddleware(
-        app, registry=registry, tools=TASK_TOOLS | {"quick"}, trusted_proxies=["127.0.0.1"]
+        app,
+        registry=registry,
+        tools=TASK_TOOLS | REQUIRED_TOOLS | {"quick"},
+        trusted_proxies=["127.0.0.1"],
     )
     metrics = metrics_app(registry)
 

@@ -67,16 +67,30 @@ class Caller:
     """A raw JSON-RPC client of the tasks extension, at one address (its scope:
     ``ip:<address>``, the servers trusting the loopback proxy)."""
 
-    def __init__(self, http: httpx.AsyncClient, address: str, *, declare: bool = True) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        address: str,
+        *,
+        declare: bool = True,
+        version: str = MODERN,
+    ) -> None:
         self.http = http
         self.address = address
         self.declare = declare
+        self.version = version
         self._ids = iter(range(1, 1_000_000))
 
-    async def post(self, url: str, method: str, params: dict[str, Any]) -> httpx.Response:
+    async def post(
+        self,
+        url: str,
+        method: str,
+        params: dict[str, Any],
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
         capabilities: dict[str, Any] = {"extensions": {EXTENSION: {}}} if self.declare else {}
         meta = {
-            "io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/protocolVersion": self.version,
             "io.modelcontextprotocol/clientCapabilities": capabilities,
         }
         body = {
@@ -85,14 +99,26 @@ class Caller:
             "method": method,
             "params": {**params, "_meta": meta},
         }
-        headers = {**HEADERS, "mcp-method": method, "x-forwarded-for": self.address}
+        sent = {
+            **HEADERS,
+            "mcp-protocol-version": self.version,
+            "mcp-method": method,
+            "x-forwarded-for": self.address,
+        }
         if method == "tools/call":
-            headers["mcp-name"] = params["name"]
-        return await self.http.post(f"{url}/mcp", json=body, headers=headers)
+            sent["mcp-name"] = params["name"]
+        sent.update(headers or {})
+        return await self.http.post(f"{url}/mcp", json=body, headers=sent)
 
-    async def rpc(self, url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def rpc(
+        self,
+        url: str,
+        method: str,
+        params: dict[str, Any],
+        headers: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         """The JSON-RPC answer (never an HTTP 5xx)."""
-        response = await self.post(url, method, params)
+        response = await self.post(url, method, params, headers)
         assert response.status_code < 500, response.text
         message: dict[str, Any] = response.json()
         return message

@@ -4,7 +4,8 @@ with ``tasks/update`` and cancelled with ``tasks/cancel`` from any worker, each 
 to its caller's scope and kept in the registry's storage.
 
     registry = CancellationRegistry(storage)
-    server = MCPServer("app", extensions=[TasksExtension(registry, tools={"slow_count"})])
+    tasks = TasksExtension(registry, tools={"slow_count": "optional"})
+    server = MCPServer("app", extensions=[tasks], middleware=[tasks])
     app = CancellationMiddleware(server.streamable_http_app(), registry=registry)
 
 See docs/guide.md, "Long tools as tasks".
@@ -12,6 +13,6 @@ See docs/guide.md, "Long tools as tasks".
 
 from __future__ import annotations
 
-from ._extension import IDENTIFIER, TasksExtension
+from ._extension import IDENTIFIER, TasksExtension, TaskSupport
 
-__all__ = ["IDENTIFIER", "TasksExtension"]
+__all__ = ["IDENTIFIER", "TaskSupport", "TasksExtension"]

@@ -1,8 +1,10 @@
 """``TasksExtension``: SEP-2663 tasks for the SDK's ``MCPServer``, on the registry's table.
 
-A ``tools/call`` of an opted-in tool, from a request whose per-request capabilities
-declare ``io.modelcontextprotocol/tasks``, is answered at once with a task handle, once
-the task is recorded in the storage's task table; the tool then runs on this worker
+A ``tools/call`` of a tool with task support, at protocol 2026-07-28 or later, from a
+request whose per-request capabilities declare ``io.modelcontextprotocol/tasks``, is
+answered with a task handle once the task is recorded in the storage's task table (a tool
+that answers with an ``InputRequiredResult`` within its ``input_window`` is answered
+directly: input rounds come before the task); the tool runs on this worker
 under a registry request keyed by (scope, task id), so that ``tasks/cancel`` on any
 worker cancels it as any cross-worker cancellation does. ``tasks/get``, ``tasks/update``
 and ``tasks/cancel`` read and write the table, keyed by the caller's scope: another
@@ -13,12 +15,13 @@ scope's task is an unknown one. The states and transitions are docs/architecture
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import json
 import logging
 import secrets
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .._config import int_limit, seconds
 from .._context import current_token
@@ -31,28 +34,45 @@ from ._run import TaskRun, now_ms
 with requires("mcp", "mcp_cancellation.tasks"):
     from mcp.server.extension import Extension, MethodBinding
     from mcp.shared.exceptions import MCPError
-    from mcp_types import CallToolRequestParams, RequestParams
-    from pydantic import ConfigDict
+    from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
+    from mcp_types import (
+        CallToolRequestParams,
+        InputRequiredResult,
+        ListToolsResult,
+        RequestParams,
+        ToolExecution,
+    )
+    from mcp_types.jsonrpc import (
+        HEADER_MISMATCH,
+        INTERNAL_ERROR,
+        INVALID_PARAMS,
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+    )
+    from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, is_version_at_least
+    from pydantic import ConfigDict, Field
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 
     from .._registry import CancellationRegistry
 
-__all__ = ["IDENTIFIER", "TasksExtension"]
+__all__ = ["IDENTIFIER", "TaskSupport", "TasksExtension"]
 
 logger = logging.getLogger("mcp_cancellation.tasks")
 
 #: The extension's identifier, as clients declare it.
 IDENTIFIER = "io.modelcontextprotocol/tasks"
+#: The first protocol version with the extension (before it, no request is a task request).
+FIRST_VERSION = "2026-07-28"
+#: The protocol versions that have the extension (its methods answer -32601 at others).
+VERSIONS = frozenset(v for v in KNOWN_PROTOCOL_VERSIONS if is_version_at_least(v, FIRST_VERSION))
 #: Where a request's per-request capabilities are (2026-07-28 on).
 _CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
-#: JSON-RPC codes: invalid params, internal error, missing client capability.
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-MISSING_CAPABILITY = -32021
-HEADER_MISMATCH = -32020
-#: The longest task id a request may name (ours are 32 characters).
+#: A tool's task support, as SEP-2663 names it (``execution.taskSupport`` in tools/list).
+TaskSupport = Literal["required", "optional", "forbidden"]
+#: The ``_meta`` key of a plain call that could have been a task: why it was not.
+REJECTED_META = "io.github.mcp-cancellation/taskRejected"
+#: The longest task id a request may name (ours are 48 characters).
 MAX_TASK_ID_CHARS = 128
 #: The most answers one ``tasks/update`` may carry.
 MAX_ANSWERS = 64
@@ -70,21 +90,28 @@ _CLIENT_CANCEL = "Cancelled by the client (tasks/cancel)."
 
 
 class TaskParams(RequestParams):
-    """``tasks/get`` and ``tasks/cancel`` params; checked by the handler, so that a bad
-    ``taskId`` gets the extension's own error."""
+    """``tasks/get`` and ``tasks/cancel`` params (a bad ``taskId`` is -32602)."""
 
     model_config = ConfigDict(extra="allow")
-    taskId: Any = None
+    task_id: str = Field(alias="taskId", min_length=1, max_length=MAX_TASK_ID_CHARS)
 
 
 class UpdateParams(TaskParams):
     """``tasks/update`` params."""
 
-    inputResponses: Any = None
+    input_responses: dict[str, Any] = Field(alias="inputResponses", max_length=MAX_ANSWERS)
 
 
 class TasksExtension(Extension):
     """Run *tools* as tasks (SEP-2663) for clients that declare the extension.
+
+    *tools* names the tools with task support: a collection of names (each
+    ``optional``), or a mapping of name to ``"required"``, ``"optional"`` or
+    ``"forbidden"``. A ``required`` tool called without the extension gets ``-32021``;
+    an ``optional`` one then runs as a plain call. Pass the extension as the server's
+    middleware too (``MCPServer(..., extensions=[tasks], middleware=[tasks])``) so that
+    ``tools/list`` states each tool's task support and ``subscriptions/listen`` is
+    gated on the extension.
 
     Pass the registry the :class:`~mcp_cancellation.CancellationMiddleware` in front of
     the app uses: a task's scope is its caller's, as the middleware computed it, and its
@@ -106,7 +133,7 @@ class TasksExtension(Extension):
         self,
         registry: CancellationRegistry,
         *,
-        tools: Iterable[str],
+        tools: Iterable[str] | Mapping[str, TaskSupport],
         ttl: float = 3600.0,
         poll_interval: float = 1.0,
         max_result_bytes: int = 1024 * 1024,
@@ -114,11 +141,30 @@ class TasksExtension(Extension):
         max_tasks: int | None = 10_000,
         kill_after: float | None = 10.0,
         drain_timeout: float = 10.0,
+        input_window: float = 0.05,
+        require_mcp_name: bool = False,
     ) -> None:
         if isinstance(tools, str):
             raise ConfigurationError("tools must be a collection of tool names, not a string")
+        support: dict[str, TaskSupport] = (
+            dict(tools) if isinstance(tools, Mapping) else dict.fromkeys(tools, "optional")
+        )
+        for name, mode in support.items():
+            if mode not in get_args(TaskSupport):
+                raise ConfigurationError(
+                    f"task support of {name!r} must be required, optional or forbidden"
+                )
         self.registry = registry
-        self.task_tools = frozenset(tools)
+        #: Each named tool's task support (a tool not named is ``forbidden``).
+        self.task_support = support
+        self.task_tools = frozenset(n for n, mode in support.items() if mode != "forbidden")
+        window = seconds("input_window", input_window, None, None, zero=True)
+        if window is None:
+            raise ConfigurationError("input_window must be a number of seconds")
+        self.input_window = window
+        self.require_mcp_name = require_mcp_name
+        self._middleware_seen = False
+        self._warned = False
         ttl_s = seconds("ttl", ttl, None, None)
         poll_s = seconds("poll_interval", poll_interval, None, None)
         if ttl_s is None or poll_s is None:
@@ -254,10 +300,60 @@ class TasksExtension(Extension):
 
     def methods(self) -> list[MethodBinding]:
         return [
-            MethodBinding("tasks/get", TaskParams, self._get),
-            MethodBinding("tasks/update", UpdateParams, self._update),
-            MethodBinding("tasks/cancel", TaskParams, self._cancel),
+            MethodBinding("tasks/get", TaskParams, self._get, VERSIONS),
+            MethodBinding("tasks/update", UpdateParams, self._update, VERSIONS),
+            MethodBinding("tasks/cancel", TaskParams, self._cancel, VERSIONS),
         ]
+
+    # -- the server middleware: tools/list and subscriptions/listen ---------------------
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """As the server's middleware: ``tools/list`` states each tool's task support,
+        and a ``subscriptions/listen`` asking for task notifications without the
+        extension gets ``-32021`` (with it, the ``taskIds`` filter is dropped: this
+        server sends no task notifications, and its acknowledgement says so)."""
+        self._middleware_seen = True
+        method = ctx.method
+        if method == "subscriptions/listen":
+            ctx = self._listen(ctx)
+        result = await call_next(ctx)
+        if method == "tools/list":
+            self._state_support(result)
+        return result
+
+    def _state_support(self, result: object) -> None:
+        """Put each named tool's task support in a ``tools/list`` result, as SEP-2663
+        names it: ``execution.taskSupport`` (the wire dict, or the SDK's model)."""
+        if isinstance(result, ListToolsResult):
+            for tool in result.tools:
+                mode = self.task_support.get(tool.name)
+                if mode is not None:
+                    tool.execution = ToolExecution(task_support=mode)
+            return
+        tools = result.get("tools") if isinstance(result, dict) else None
+        for tool in tools if isinstance(tools, list) else ():
+            name = tool.get("name") if isinstance(tool, dict) else None
+            mode = self.task_support.get(name) if isinstance(name, str) else None
+            if mode is not None:
+                execution = tool.get("execution")
+                tool["execution"] = {
+                    **(execution if isinstance(execution, dict) else {}),
+                    "taskSupport": mode,
+                }
+
+    def _listen(self, ctx: ServerRequestContext[Any, Any]) -> ServerRequestContext[Any, Any]:
+        params = ctx.params
+        if not isinstance(params, Mapping):
+            return ctx
+        notifications = params.get("notifications")
+        if not isinstance(notifications, Mapping) or "taskIds" not in notifications:
+            return ctx
+        if not _declared_in(params.get("_meta")):
+            raise _missing_extension()
+        kept = {k: v for k, v in notifications.items() if k != "taskIds"}
+        return dataclasses.replace(ctx, params={**params, "notifications": kept})
 
     # -- creation ----------------------------------------------------------------------
 
@@ -267,13 +363,27 @@ class TasksExtension(Extension):
         ctx: ServerRequestContext[Any, Any],
         call_next: CallNext,
     ) -> HandlerResult:
-        """Answer an opted-in tool's call with a task handle, or run it as a plain call."""
-        if params.name not in self.task_tools or not _declares(ctx):
+        """Answer a task-supporting tool's call with a task handle, or run it as a plain
+        call; a ``required`` one called without the extension gets ``-32021``."""
+        mode = self.task_support.get(params.name, "forbidden")
+        if mode == "forbidden":
+            return await call_next(ctx)
+        if not (_modern(ctx) and _declares(ctx)):
+            if mode == "required":
+                raise _missing_extension()
             return await call_next(ctx)
         self._start()
+        if not self._middleware_seen and not self._warned:
+            self._warned = True
+            logger.warning(
+                "pass the TasksExtension as the server's middleware too "
+                "(MCPServer(..., middleware=[tasks])): tools/list does not state task support"
+            )
         token = current_token()
         if token is None:  # no middleware in front: no scope to bind the task to
             logger.warning("tasks need CancellationMiddleware in front of the app")
+            if mode == "required":
+                raise MCPError(INTERNAL_ERROR, "Tasks are not available on this server.")
             return await call_next(ctx)
         scope = token.scope
         now = now_ms()
@@ -291,24 +401,79 @@ class TasksExtension(Extension):
             poll_ms=self.poll_ms,
         )
         if self._closing:
-            self._reject(scope, token.tool, "shutdown")
-            return await call_next(ctx)
-        try:
-            created = await self.table.create(record, self.max_tasks_per_scope, self.max_tasks)
-        except StorageUnavailable as exc:
-            logger.warning("task not created, ran as a plain call: %s", exc)
-            self._reject(scope, token.tool, "unavailable")
-            return await call_next(ctx)
-        if created != "created":
-            self._reject(scope, token.tool, created)
-            return await call_next(ctx)
+            return await self._refused(mode, scope, token.tool, "shutdown", ctx, call_next)
         run = TaskRun(self, record, token.tool, ctx, call_next)
         work = asyncio.get_running_loop().create_task(run.run(), name=f"task {record.task_id}")
         self._running[work] = run
         work.add_done_callback(self._forget)
+        try:
+            if await self._input_first(run):
+                run.decide(recorded=False)  # an input round: answered directly
+                answer: HandlerResult = run.answer()
+                return answer
+            created: str
+            try:
+                created = await self.table.create(record, self.max_tasks_per_scope, self.max_tasks)
+            except StorageUnavailable as exc:
+                logger.warning("task not created: %s", exc)
+                created = "unavailable"
+        except BaseException:  # the call was cancelled (its client went away)
+            run.decide(recorded=False)
+            work.cancel()
+            raise
+        if created != "created":
+            # The tool already runs: it goes on as the plain call it is (a required one
+            # is stopped: it may only run as a task).
+            run.decide(recorded=False)
+            if mode == "required":
+                work.cancel()
+            await self._refused(mode, scope, token.tool, created, ctx, None)
+            await run.finished.wait()
+            plain: HandlerResult = _with_rejection(run.answer(), created)
+            return plain
+        run.decide(recorded=True)
         if task_created.receivers:
             task_created.send(self.registry, task_id=record.task_id, scope=scope, tool=token.tool)
         return {"resultType": "task", **task_fields(record)}
+
+    async def _input_first(self, run: TaskRun) -> bool:
+        """Let the tool run for its input window: whether it answered with an
+        ``InputRequiredResult`` (an input round, answered without a task). It is a
+        task as soon as it asks for input otherwise, or runs past the window."""
+        started = asyncio.ensure_future(run.started.wait())
+        finished = asyncio.ensure_future(run.finished.wait())
+        asked = asyncio.ensure_future(run.asked.wait())
+        try:
+            await asyncio.wait({started, finished}, return_when=asyncio.FIRST_COMPLETED)
+            if not run.finished.is_set() and self.input_window:
+                await asyncio.wait({finished, asked}, timeout=self.input_window)
+        finally:
+            for waiter in (started, finished, asked):
+                waiter.cancel()
+        return (
+            run.finished.is_set()
+            and run.error is None
+            and isinstance(run.value, InputRequiredResult)
+        )
+
+    async def _refused(
+        self,
+        mode: str,
+        scope: str,
+        tool: str | None,
+        reason: str,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext | None,
+    ) -> HandlerResult:
+        """A call that could not become a task: ``task.rejected``; a required tool's
+        call gets an error that says why, an optional one runs plain."""
+        self._reject(scope, tool, reason)
+        if mode == "required":
+            raise MCPError(INTERNAL_ERROR, _REFUSALS.get(reason, _REFUSALS["unavailable"]))
+        if call_next is None:
+            return None
+        plain: HandlerResult = _with_rejection(await call_next(ctx), reason)
+        return plain
 
     def _forget(self, work: asyncio.Task[None]) -> None:
         self._running.pop(work, None)
@@ -351,12 +516,7 @@ class TasksExtension(Extension):
     async def _update(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateParams
     ) -> HandlerResult:
-        responses = params.inputResponses
-        if not isinstance(responses, dict) or len(responses) > MAX_ANSWERS:
-            raise MCPError(
-                INVALID_PARAMS,
-                f"Invalid params: inputResponses must be an object of at most {MAX_ANSWERS}",
-            )
+        responses = params.input_responses
         record = await self._find(ctx, params)
         answers: dict[str, str] = {}
         size = 0
@@ -378,19 +538,12 @@ class TasksExtension(Extension):
     async def _find(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> TaskRecord:
         """The caller's task that *params* names; the SEP's errors otherwise."""
         if not _declares(ctx):
-            raise MCPError(
-                MISSING_CAPABILITY,
-                f"The request does not declare the {IDENTIFIER} extension",
-                {"requiredCapabilities": {"extensions": {IDENTIFIER: {}}}},
-            )
-        task_id = params.taskId
-        if not isinstance(task_id, str) or not task_id or len(task_id) > MAX_TASK_ID_CHARS:
-            raise MCPError(
-                INVALID_PARAMS,
-                f"Invalid params: taskId must be a string of 1 to {MAX_TASK_ID_CHARS} characters",
-            )
-        named = _header(ctx, "mcp-name")
-        if named is not None and named != task_id:
+            raise _missing_extension()
+        task_id = params.task_id
+        sent = _header(ctx, MCP_NAME_HEADER)
+        if sent is None and self.require_mcp_name:
+            raise MCPError(HEADER_MISMATCH, "The Mcp-Name header (the taskId) is required")
+        if sent is not None and decode_header_value(sent.strip()) != task_id:
             raise MCPError(HEADER_MISMATCH, "The Mcp-Name header does not match taskId")
         token = current_token()
         if token is None:
@@ -410,12 +563,51 @@ class TasksExtension(Extension):
 def _declares(ctx: ServerRequestContext[Any, Any]) -> bool:
     """Whether the request's per-request capabilities declare the extension (only
     protocol versions with per-request capabilities have them)."""
-    meta: object = ctx.meta
+    return _declared_in(ctx.meta)
+
+
+def _declared_in(meta: object) -> bool:
     capabilities = meta.get(_CAPABILITIES_KEY) if isinstance(meta, Mapping) else None
     if not isinstance(capabilities, Mapping):
         return False
     extensions = capabilities.get("extensions")
     return isinstance(extensions, Mapping) and IDENTIFIER in extensions
+
+
+def _modern(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the request speaks a protocol version with the extension: before
+    2026-07-28 an opt-in in ``_meta`` does not make a call a task request."""
+    version = getattr(ctx, "protocol_version", None)
+    return isinstance(version, str) and is_version_at_least(version, FIRST_VERSION)
+
+
+def _missing_extension() -> MCPError:
+    return MCPError(
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        f"The request does not declare the {IDENTIFIER} extension",
+        {"requiredCapabilities": {"extensions": {IDENTIFIER: {}}}},
+    )
+
+
+#: What a required tool's caller is told when its call cannot become a task.
+_REFUSALS = {
+    "quota": "This tool runs only as a task, and this caller holds as many tasks as it "
+    "may (max_tasks_per_scope): retry once one has ended and expired.",
+    "full": "This tool runs only as a task, and the server holds as many tasks as it "
+    "may (max_tasks): retry later.",
+    "unavailable": "This tool runs only as a task, and the task storage does not answer: "
+    "retry shortly.",
+    "shutdown": "This tool runs only as a task, and this server is shutting down: retry.",
+}
+
+
+def _with_rejection(result: Any, reason: str) -> Any:
+    """*result* of a plain call that could have been a task, its ``_meta`` saying why
+    it was not (``io.github.mcp-cancellation/taskRejected``)."""
+    meta = getattr(result, "meta", None)
+    if hasattr(result, "meta") and (meta is None or isinstance(meta, dict)):
+        result.meta = {**(meta or {}), REJECTED_META: reason}
+    return result
 
 
 def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str | None:

@@ -1,6 +1,13 @@
 """A task's run on the worker that created it: its tool under a registry request keyed by
 (scope, task id), its progress and input through the task table, and its end written
-there, once (docs/architecture.md, "Tasks")."""
+there, once (docs/architecture.md, "Tasks").
+
+A run starts before its task is recorded: for its ``input_window`` the tool runs as the
+call it is, and one that answers with an ``InputRequiredResult`` (it asks for input
+first, SEP-2322) is answered directly, without a task. The extension then *decides*:
+the task is recorded (the run writes its state and end from then on), or the call is
+answered directly (the run writes nothing to the table).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ from ..storage._task_table import ANSWER_PREFIX, INPUT_PREFIX, TERMINAL, TaskRec
 with requires("mcp", "mcp_cancellation.tasks"):
     from mcp.server.session import ServerSession
     from mcp.shared.exceptions import MCPError
+    from mcp_types.jsonrpc import INTERNAL_ERROR
 
 if TYPE_CHECKING:
     from mcp.server.context import CallNext, ServerRequestContext
@@ -81,13 +89,24 @@ class TaskRun:
         self.stopping = False
         #: Whether this run wrote its task's end (and sent ``task.ended``).
         self.ended = False
+        #: Set once the tool runs; the input window counts from then.
+        self.started = asyncio.Event()
+        #: Set when the tool asks for input before the decision (it needs a task now).
+        self.asked = asyncio.Event()
+        #: Set once the tool's work is over: :attr:`value` or :attr:`error` holds it.
+        self.finished = asyncio.Event()
+        self.value: Any = None
+        self.error: BaseException | None = None
+        #: Set by the extension: the task is recorded (:attr:`recorded`) or not.
+        self.decided = asyncio.Event()
+        self.recorded = False
 
     async def run(self) -> None:
         registry = self.extension.registry
         record = self.record
         status: str = "failed"
         result: str | None = None
-        error: str | None = _error(-32603, "The task did not run.")
+        error: str | None = _error(INTERNAL_ERROR, "The task did not run.")
         try:
             # No labels: a task's run is not an MCP operation (its tools/call answered at
             # once, and was counted then).
@@ -95,7 +114,13 @@ class TaskRun:
                 self.token = token
                 if self.fenced:  # (fenced before its request began)
                     registry.cancel_token(token, FENCED)
-                status, result, error = await self._work(token)
+                try:
+                    status, result, error = await self._work(token)
+                finally:
+                    self.finished.set()
+                await self.decided.wait()
+                if not self.recorded:
+                    return  # answered directly: nothing of it is in the table
                 # The end is written before the request leaves the table: a tasks/cancel
                 # that still finds the task active finds its request too (no pending row
                 # outlives the task).
@@ -103,17 +128,35 @@ class TaskRun:
                 return
         except StorageUnavailable as exc:
             logger.warning("task %s not tracked: %s", record.task_id, exc)
-            error = _error(-32603, "Task storage unavailable.")
-        except Exception:
+            error = _error(INTERNAL_ERROR, "Task storage unavailable.")
+            self.error = exc
+        except Exception as exc:
             logger.exception("task %s failed", record.task_id)
-        if not self.ended:
+            self.error = exc
+        finally:
+            self.finished.set()
+        await self.decided.wait()
+        if self.recorded and not self.ended:
             await self._end(status, result, error)
+
+    def decide(self, recorded: bool) -> None:
+        """The extension's decision: the task is recorded, or the call is answered
+        directly (then the run writes nothing to the table)."""
+        self.recorded = recorded
+        self.decided.set()
+
+    def answer(self) -> Any:
+        """The call's direct answer: the tool's value, or its exception raised."""
+        if self.error is not None:
+            raise self.error
+        return self.value
 
     async def _work(self, token: RequestToken) -> tuple[str, str | None, str | None]:
         """Run the tool; its end as (status, encoded result, encoded error)."""
         session = _TaskSession(self.ctx.session, self, token)
         task_ctx = dataclasses.replace(self.ctx, session=cast("ServerSession", session))
         work = asyncio.ensure_future(self.call_next(task_ctx))
+        self.started.set()
         kill_after = self.extension.kill_after
         # (With no kill_after there is nothing to watch: the run just waits for its tool.)
         watch = None if kill_after is None else WATCH_INTERVAL
@@ -133,28 +176,32 @@ class TaskRun:
                 break
         try:
             value = await work
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             if not killed:
                 raise
+            self.error = exc
             return self._cancelled()
-        except RequestCancelled:
+        except RequestCancelled as exc:
+            self.error = exc
             return self._cancelled()
         except Exception as exc:
+            self.error = exc
             code, message = _code_of(exc)
             if code == REQUEST_CANCELLED or token.cancelled:
                 return self._cancelled()
             return "failed", None, _error(code, message)
+        self.value = value
         if token.cancelled:
             return self._cancelled()
         encoded = _encode_result(value)
         limit = self.extension.max_result_bytes
         if len(encoded.encode("utf-8")) > limit:
-            return "failed", None, _error(-32603, TOO_LARGE.format(limit=limit))
+            return "failed", None, _error(INTERNAL_ERROR, TOO_LARGE.format(limit=limit))
         return "completed", encoded, None
 
     def _cancelled(self) -> tuple[str, str | None, str | None]:
         if self.stopping:
-            return "failed", None, _error(-32603, STOPPED)
+            return "failed", None, _error(INTERNAL_ERROR, STOPPED)
         return "cancelled", None, _error(REQUEST_CANCELLED, "Task cancelled")
 
     def fence(self) -> None:
@@ -179,7 +226,7 @@ class TaskRun:
     async def end_stopped(self) -> None:
         """Write the end of a task whose tool was stopped by force at shutdown."""
         if not self.ended:
-            await self._end("failed", None, _error(-32603, STOPPED))
+            await self._end("failed", None, _error(INTERNAL_ERROR, STOPPED))
 
     async def _end(self, status: str, result: str | None, error: str | None) -> None:
         """Write the task's end (retried while the table does not answer) and, if this
@@ -242,7 +289,11 @@ class TaskRun:
 
     async def write(self, fields: dict[str, str]) -> None:
         """Write the running task's state (progress, input); a table that does not
-        answer loses a progress message, never the task."""
+        answer loses a progress message, never the task. Before the decision it waits
+        for it; a call answered directly writes nothing."""
+        await self.decided.wait()
+        if not self.recorded:
+            return
         fields["updated"] = str(now_ms())
         try:
             written = await self.extension.table.update(
@@ -266,6 +317,14 @@ class TaskRun:
         """Put *request* to the client (``input_required``) and wait for its answer,
         which a ``tasks/update`` on any worker writes and pushes here: nothing is read
         while nothing arrives."""
+        if not self.decided.is_set():  # asked within its input window: a task now
+            self.asked.set()
+            await self.decided.wait()
+        if not self.recorded:
+            raise MCPError(
+                INTERNAL_ERROR,
+                "The tool asks for input, which needs a task, and no task was created.",
+            )
         key = f"input-{next(self._keys)}"
         record = self.record
         table = self.extension.table
@@ -381,7 +440,7 @@ def _code_of(exc: Exception) -> tuple[int, str]:
     message = getattr(error, "message", None)
     if isinstance(code, int) and isinstance(message, str):
         return code, message
-    return -32603, "The task's tool failed."
+    return INTERNAL_ERROR, "The task's tool failed."
 
 
 def _encode_result(value: object) -> str:
