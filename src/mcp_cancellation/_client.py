@@ -13,7 +13,8 @@ Against ``mcp-cancellation demo`` (or ``examples/sdk_server.py``,
    protocol has no client-to-server notifications on HTTP, so the client closes the
    call's stream, and the server treats the disconnect as the cancellation.
 
-The server logs one line per cancelled call, saying how it ended.
+A server behind ``CancellationMiddleware`` logs one line per cancelled call, saying how
+it ended (at INFO, logger ``mcp_cancellation.asgi``).
 """
 
 from __future__ import annotations
@@ -201,7 +202,10 @@ async def main(url: str, after: float) -> int:
     ok = await with_client(url, after, LEGACY) and ok
     print("3. mcp client, protocol 2026-07-28: the client closes the call's stream")
     ok = await with_client(url, after, MODERN) and ok
-    print("The server logged one line for each cancelled call.")
+    print(
+        "A server behind CancellationMiddleware logs one line for each cancelled call "
+        "(INFO, mcp_cancellation.asgi): look for three."
+    )
     return 0 if ok else 1
 
 

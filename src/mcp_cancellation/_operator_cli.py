@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import urllib.error
@@ -214,6 +215,8 @@ def _with_registry(
         _fail(str(exc), USAGE)
     if args.partitions < 1:
         _fail("--partitions must be at least 1", USAGE)
+    # The storage logs a failed call once (for servers); here the error line says it.
+    logging.getLogger("mcp_cancellation.storage").setLevel(logging.ERROR)
 
     async def run() -> list[RequestView]:
         prefix = args.prefix or DEFAULT_PREFIX
@@ -251,6 +254,17 @@ def _with_registry(
 
 
 def _print(args: argparse.Namespace, document: dict[str, list[dict[str, Any]]]) -> None:
+    """Print *document*; a reader that stops reading (``inspect | head``) ends the
+    output quietly, as any Unix tool's does."""
+    try:
+        _write(args, document)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The rest goes nowhere, and Python's own flush at exit must not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _write(args: argparse.Namespace, document: dict[str, list[dict[str, Any]]]) -> None:
     if args.json:
         print(json.dumps(document, indent=1))
         return
@@ -275,7 +289,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
             printable(row["scope"]),
             printable(row["id"]),
             printable(row["tool"] or "-"),
-            printable(row["worker"]) + ("" if row.get("worker_alive", True) else " (gone)"),
+            printable(row["worker"]) + (" (gone)" if row.get("worker_alive") is False else ""),
             printable(row.get("status") or "-"),
             ("yes: " + printable(row["reason"] or "no reason")) if row["cancelled"] else "no",
         )

@@ -66,8 +66,9 @@ class RequestView:
     cancelled: bool
     reason: str | None
     #: Whether the worker running it is alive: a dead worker's call cannot be stopped
-    #: (its row goes with the next cleanup).
-    worker_alive: bool = True
+    #: (its row goes with the next cleanup); ``None`` for an ended task (no worker runs
+    #: it any more).
+    worker_alive: bool | None = True
     #: ``request``, or ``task`` (SEP-2663: ``id`` is its task id).
     kind: str = "request"
     #: A task's status (``working``, ``input_required``, ``completed``, ...); ``None``
@@ -154,8 +155,9 @@ async def list_requests(
             age=round(max(0.0, (now_ms - record.created_ms) / 1000), 3),
             worker=record.worker,
             cancelled=record.status == "cancelled",
-            reason=None,
-            worker_alive=record.status not in ("working", "input_required"),
+            reason=record.message if record.status == "cancelled" else None,
+            # Active, yet not in flight: its worker is gone (the reaper ends it soon).
+            worker_alive=False if record.status in ("working", "input_required") else None,
             kind="task",
             status=record.status,
         )
@@ -163,6 +165,13 @@ async def list_requests(
             views.append(view)
     views.sort(key=lambda v: -v.age)
     return views
+
+
+def _as_task(view: RequestView, record: TaskRecord | None) -> RequestView:
+    """*view*, labelled a task when *record* is its task."""
+    if record is None:
+        return view
+    return dataclasses.replace(view, kind="task", status=record.status)
 
 
 async def _tasks(registry: CancellationRegistry) -> dict[tuple[str, str], TaskRecord]:
@@ -198,6 +207,11 @@ async def cancel_requests(
     chosen = _selected(
         pairs, scope=scope, kind=None, tool=tool, min_age=None, request_id=request_id
     )
+    tasks = await _tasks(registry) if chosen else {}
+    chosen = [
+        (_as_task(view, tasks.get((request.scope, request.request_id))), request)
+        for view, request in chosen
+    ]
     done: list[RequestView] = []
     seen: set[tuple[str, str]] = set()
     for view, request in chosen:

@@ -53,8 +53,15 @@ async def _inspect_and_cancel(url: str, http: httpx.AsyncClient, partitions: int
             "cancel", *where, "--scope", scope, "--id", running, "--reason", "ops", "--json"
         )
         assert code == 0, err
-        assert [row["id"] for row in json.loads(out)["cancelled"]] == [running]
-        await until_status(caller, b.url, running, {"cancelled"}, within=20)
+        cancelled = json.loads(out)["cancelled"]
+        assert [row["id"] for row in cancelled] == [running]
+        assert cancelled[0]["kind"] == "task"  # as inspect names it
+        ended = await until_status(caller, b.url, running, {"cancelled"}, within=20)
+        assert ended["statusMessage"] == "ops"  # the operator's reason reaches the client
+        code, out, err = await cli("inspect", *where, "--json")
+        rows = {row["id"]: row for row in json.loads(out)["requests"]}
+        assert rows[running]["worker_alive"] is None  # ended: no worker runs it any more
+        assert rows[running]["reason"] == "ops"
     finally:
         a.stop()
         b.stop()
