@@ -154,9 +154,10 @@ async def test_flood_from_100k_addresses_keeps_series_bounded(make_registry: Mak
     with UvicornThread(app) as server:
         text = await scrape(server.url)
     parsed = samples(text)
-    # Fixed bound: 53 counter series (+53 _created; 14 of them tasks'), 5+5 kind gauges,
-    # 2 limits, storage_up, tasks_running, 2*K scopes.
-    assert len(parsed) <= 2 * 53 + 10 + 2 + 1 + 1 + 2 * top_k
+    # Fixed bound: 63 counter series (+63 _created; 24 of them tasks': 5 scope kinds x 4
+    # rejection reasons, and 4 more), 5+5 kind gauges, 2 limits, storage_up,
+    # tasks_running, 2*K scopes.
+    assert len(parsed) <= 2 * 63 + 10 + 2 + 1 + 1 + 2 * top_k
     assert len(series(parsed, P + "scope_rows")) <= top_k
     rejections = series(parsed, P + "scope_rejections")
     # Only the offender is certainly among the top K: no flood address is exported.

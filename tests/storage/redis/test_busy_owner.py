@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from ...jsonrpc import cancel_body
-from ...support import RedisServer
+from ...support import RedisServer, redis_url
 from ._helpers import StartWorkers
 from ._workers import Worker, call_body
-from .test_worker_faults import answer_of, completed
+from .test_worker_faults import answer_of, cancelled_with, completed
 
 pytestmark = [pytest.mark.redis, pytest.mark.e2e]
 
@@ -63,3 +63,43 @@ async def test_an_id_reused_after_its_cancellation_was_answered_starts_uncancell
         response = await asyncio.wait_for(http.post(owner.url, json=call_body(request_id, 0)), 20)
         assert completed(response, 0), f"trial {trial}: a stale cancellation stopped it"
         await busy
+
+
+class _At:
+    """A server's URL, for ``start_workers`` (which takes a server)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+
+@pytest.mark.parametrize(
+    "backend", ["redis", pytest.param("redis-cluster", marks=pytest.mark.cluster)]
+)
+async def test_a_push_applied_late_never_cancels_a_call_that_reuses_the_id(
+    start_workers: StartWorkers,
+    http: httpx.AsyncClient,
+    backend: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    # The owner's loop is busy while a cancellation of its call A is recorded and pushed
+    # to it, and a new call B of the same id arrives right after the 202: when the loop
+    # runs again it may read the push before Redis has answered B's track. The mark
+    # reaches A (tracked before it) and never B (tracked after it), whatever the order.
+    server = _At(redis_url(backend, request))
+    owner, idle = start_workers(server, track_wait=0.5)
+    for trial in range(REUSE_TRIALS):
+        request_id = 300 + trial
+        first = asyncio.create_task(http.post(owner.url, json=call_body(request_id, 30)))
+        await asyncio.sleep(0.3)  # A is tracked and counting
+        busy = asyncio.create_task(hog(http, owner, 400))
+        await asyncio.sleep(0.02)
+        answer = await http.post(idle.url, json=cancel_body(request_id, f"trial {trial}"))
+        assert answer.status_code == 202, answer.text
+        second = asyncio.create_task(http.post(owner.url, json=call_body(request_id, 1)))
+        assert cancelled_with(await asyncio.wait_for(first, 20)) == f"trial {trial}"
+        assert completed(await asyncio.wait_for(second, 20), 1), f"trial {trial}: B cancelled"
+        await busy
+
+
+#: Trials of the reused-id race (each takes about a second and a half).
+REUSE_TRIALS = 12

@@ -89,6 +89,10 @@ class Journal:
         # Each owner's sequence, once Redis has taken its track (before that, it is in
         # flight here and unknown there).
         self._sequences: dict[Row, int] = {}
+        # The latest mark pushed for each (scope, key) while one of its owners here had
+        # no sequence yet: (sequence, reason, method); decided when that owner's
+        # sequence arrives (:meth:`_learn`), never guessed.
+        self._undecided: dict[tuple[str, str], tuple[int, str | None, str | None]] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._quiet: asyncio.Event | None = None
@@ -117,17 +121,26 @@ class Journal:
         with self._lock:
             return self._tokens.tokens(scope, key)
 
-    def pushed(self, scope: str, key: str, sequence: int) -> list[RequestToken]:
-        """The tokens a cancellation pushed with the mark *sequence* reaches: this
-        worker's owners of ``(scope, key)`` tracked at or before it, and those whose track
-        Redis has not answered yet (in flight here when it was recorded)."""
+    def pushed(
+        self, scope: str, key: str, sequence: int, reason: str | None, method: str | None
+    ) -> list[RequestToken]:
+        """The tokens a cancellation pushed with the mark *sequence* reaches now: this
+        worker's owners of ``(scope, key)`` tracked at or before it. An owner whose track
+        Redis has not answered yet is decided when the answer brings its sequence (the
+        mark is kept until then): a push applied late never reaches an owner tracked
+        after the mark."""
         sequences = self._sequences
+        reached: list[RequestToken] = []
         with self._lock:
-            return [
-                token
-                for owner, token in self._tokens.owners(scope, key)
-                if sequences.get((scope, key, owner), 0) <= sequence
-            ]
+            for owner, token in self._tokens.owners(scope, key):
+                known = sequences.get((scope, key, owner))
+                if known is None:
+                    kept = self._undecided.get((scope, key))
+                    if kept is None or kept[0] < sequence:
+                        self._undecided[(scope, key)] = (sequence, reason, method)
+                elif known <= sequence:
+                    reached.append(token)
+        return reached
 
     def holds(self, scope: str, key: str) -> bool:
         """Whether a request of ``(scope, key)`` is in flight in this worker."""
@@ -140,6 +153,8 @@ class Journal:
             rows = self._tokens.sweep(dead)
             for row in rows:
                 self._sequences.pop(row, None)
+                if (row[0], row[1]) in self._undecided and self._all_known(row[0], row[1]):
+                    del self._undecided[(row[0], row[1])]
         for row in rows:
             self._put(_Write("R", row))
         return rows
@@ -168,6 +183,8 @@ class Journal:
         with self._lock:
             self._tokens.discard(*row)
             self._sequences.pop(row, None)
+            if (row[0], row[1]) in self._undecided and self._all_known(row[0], row[1]):
+                del self._undecided[(row[0], row[1])]
         write = _Write(op, row)
         self._put(write)
         return write
@@ -354,11 +371,30 @@ class Journal:
         return flipped
 
     def _learn(self, tracks: Sequence[_Write], reply: SyncReply) -> None:
-        """Keep the sequence Redis gave each track whose owner is still in flight here."""
+        """Keep the sequence Redis gave each track whose owner is still in flight here,
+        and decide the marks pushed before it arrived: one at or after the owner's
+        sequence reaches it."""
+        flips: list[tuple[RequestToken, str | None, str | None]] = []
         with self._lock:
             for write, tracked in zip(tracks, reply.tracks, strict=True):
                 if self._tokens.holds(*write.row):
                     self._sequences[write.row] = tracked.sequence
+                    scope, key, _ = write.row
+                    kept = self._undecided.get((scope, key))
+                    if kept is not None and tracked.sequence <= kept[0] and write.token:
+                        flips.append((write.token, kept[1], kept[2]))
+            for scope, key in {(w.row[0], w.row[1]) for w in tracks}:
+                if (scope, key) in self._undecided and self._all_known(scope, key):
+                    del self._undecided[(scope, key)]
+        for token, reason, method in flips:
+            token._cancel(reason, method)
+
+    def _all_known(self, scope: str, key: str) -> bool:
+        """Whether every owner of ``(scope, key)`` here has its sequence (under the lock)."""
+        return all(
+            (scope, key, owner) in self._sequences
+            for owner, _ in self._tokens.owners(scope, key)
+        )
 
     def _fail_resync_waiters(self, error: StorageUnavailable) -> None:
         waiters, self._resync_waiters = self._resync_waiters, []

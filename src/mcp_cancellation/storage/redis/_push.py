@@ -136,13 +136,13 @@ class Push:
                 logger.warning("ignoring a malformed answer message")
             return
         try:
-            scope, key, reason, origin, sequence = split_netstrings(to_bytes(data))
-            tokens = self.journal.pushed(text(scope), text(key), int(sequence))
+            scope, key, reason, origin, sequence = split_netstrings(raw)
             cause = decode_reason(reason)
+            method = text(origin)[1:] or None
+            tokens = self.journal.pushed(text(scope), text(key), int(sequence), cause, method)
         except (ValueError, IndexError):
             logger.warning("ignoring a malformed cancellation message")
             return
-        method = text(origin)[1:] or None
         for token in tokens:
             token._cancel(cause, method)
 

@@ -8,6 +8,7 @@ local WORKERS = P .. 'workers'
 local KINDS = P .. 'kinds'
 local EPOCH = P .. 'epoch'
 local RECOVERING = P .. 'recovering'
+local SEQ = P .. 'seq'  -- the table's sequence counter (see track)
 local function rows_key(scope) return P .. 's:' .. scope end
 local function level_key(n) return P .. 'l:' .. string.format('%d', n) end
 local function flight_key(m) return P .. 'f:' .. m end
@@ -310,14 +311,16 @@ end
 local function track(scope, key, owner, w, age, tool)
   local m = member(scope, key)
   local fk, wk = flight_key(m), workers_key(m)
-  local sequence = redis.call('HINCRBY', wk, '#', 1)
+  -- Sequences come from one counter of the table (P seq): they never repeat within its
+  -- epoch, so a mark, however late it is applied, never matches a later owner's.
+  local sequence = redis.call('INCR', SEQ)
   local started = math.floor((now_us() - (age or 0)) / 1000)
   local value = string.format('%d\t%.0f\t', sequence, started) .. w .. '\t' .. (tool or '')
   if redis.call('HSETNX', fk, owner, value) == 0 then
-    redis.call('HINCRBY', wk, '#', -1)  -- (the number just handed out goes back)
-    sequence = sequence_of(redis.call('HGET', fk, owner))
+    sequence = sequence_of(redis.call('HGET', fk, owner))  -- (tracked again: a resync)
     return sequence, marked(wk, sequence)
   end
+  redis.call('HSET', wk, '#', sequence)
   redis.call('HINCRBY', wk, w, 1)
   redis.call('HINCRBY', FS, scope, 1)
   redis.call('SADD', worker_key(w), netstring(m) .. owner)
