@@ -392,8 +392,7 @@ class Journal:
     def _all_known(self, scope: str, key: str) -> bool:
         """Whether every owner of ``(scope, key)`` here has its sequence (under the lock)."""
         return all(
-            (scope, key, owner) in self._sequences
-            for owner, _ in self._tokens.owners(scope, key)
+            (scope, key, owner) in self._sequences for owner, _ in self._tokens.owners(scope, key)
         )
 
     def _fail_resync_waiters(self, error: StorageUnavailable) -> None:
