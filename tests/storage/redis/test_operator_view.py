@@ -3,6 +3,8 @@ thousand owners a command), never in one long command, and the view writes nothi
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from redis.asyncio import Redis
 
@@ -67,3 +69,17 @@ async def test_forty_thousand_calls_are_listed_in_pages_and_nothing_is_written(
     connecting = {"hello", "client", "select", "ping"}  # a new connection's handshake
     assert set(calls) - connecting <= {"sscan", "hget", "smembers", "exists"}
     assert await raw.dbsize() == keys
+
+
+async def test_the_timeout_bounds_each_page_not_the_whole_listing(
+    make_storage: MakeStorage, raw: Redis
+) -> None:
+    # The listing of 40 000 calls takes seconds; each page a few milliseconds. A timeout
+    # far shorter than the listing, and far longer than a page, lists it all.
+    storage = make_storage(operator=True, timeout=0.5)
+    await _fill(raw, storage)
+    started = time.monotonic()
+    listed = await storage.in_flight_requests()
+    took = time.monotonic() - started
+    assert len(listed) == CALLS
+    assert took > 0.5, f"the listing took {took:.2f} s: the test proves nothing"

@@ -2,11 +2,14 @@
 whether its worker is alive (private). Only reads: the workers (``P workers``), each one's
 owners (``SSCAN`` of ``P w:<worker>``, a thousand entries a command), then the owners'
 tracks, their requests' marks and the workers' heartbeats in pipelines; never one long
-command, however large the table (docs/architecture.md, "The Redis table")."""
+command, however large the table, and each page bounded by the storage's timeout on its
+own (a listing of any size never times out as a whole) (docs/architecture.md, "The Redis
+table")."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
 
 from ..._extras import requires
 from .._base import InFlightRequest
@@ -21,23 +24,44 @@ __all__ = ["PAGE", "read_in_flight"]
 #: Entries one command of the operator view reads (a fraction of a millisecond of Redis).
 PAGE = 1000
 
+T = TypeVar("T")
+#: Runs one step of the listing within the storage's bounds (``HomeLoop.call``).
+Bounded = Callable[[Callable[[], Awaitable[T]], str], Awaitable[T]]
 
-async def read_in_flight(client: Redis | RedisCluster, prefix: bytes) -> list[InFlightRequest]:
-    """Every request in flight in the table at *prefix*."""
-    workers = sorted(to_bytes(w) for w in await client.smembers(prefix + b"workers"))
-    if not workers:
-        return []
-    pipe = client.pipeline(transaction=False)
-    for worker in workers:
-        pipe.exists(prefix + b"hb:" + worker)
-    alive = [bool(n) for n in await pipe.execute()]
+
+async def read_in_flight(
+    client: Redis | RedisCluster, prefix: bytes, bounded: Bounded[Any]
+) -> list[InFlightRequest]:
+    """Every request in flight in the table at *prefix*; each step (the workers, a page
+    of one worker's owners and their tracks) runs through *bounded* on its own."""
+
+    async def heads() -> tuple[list[bytes], list[bool]]:
+        workers = sorted(to_bytes(w) for w in await client.smembers(prefix + b"workers"))
+        if not workers:
+            return [], []
+        pipe = client.pipeline(transaction=False)
+        for worker in workers:
+            pipe.exists(prefix + b"hb:" + worker)
+        return workers, [bool(n) for n in await pipe.execute()]
+
+    workers, alive = await bounded(heads, "stats")
     found: list[InFlightRequest] = []
     for worker, beating in zip(workers, alive, strict=True):
         owners = prefix + b"w:" + worker
         cursor: int = 0
         while True:
-            cursor, page = await client.sscan(owners, cursor, count=PAGE)
-            found += await _read_page(client, prefix, text(worker), beating, page)
+
+            async def page(
+                at: int = cursor,
+                owners: bytes = owners,
+                worker: bytes = worker,
+                beating: bool = beating,
+            ) -> tuple[int, list[InFlightRequest]]:
+                after, entries = await client.sscan(owners, at, count=PAGE)
+                return after, await _read_page(client, prefix, text(worker), beating, entries)
+
+            cursor, requests = await bounded(page, "stats")
+            found += requests
             if not cursor:
                 break
     return found

@@ -424,9 +424,7 @@ class RedisStorage(Storage):
         owners, a thousand a command: never one long command, however large the table),
         each marked with whether its worker's heartbeat is alive. Only reads."""
         await self._settle()
-        return await self._home.call(
-            functools.partial(read_in_flight, self._redis, self._prefix), "stats"
-        )
+        return await read_in_flight(self._redis, self._prefix, self._home.call)
 
     async def check_table(self) -> None:
         """Raise :class:`~mcp_cancellation._errors.TableNotFound` unless a worker has
