@@ -65,6 +65,20 @@ def mark_stopped(key: str) -> None:
             client.set(key, "1", ex=60)
 
 
+def ask_for_name() -> ElicitRequest:
+    """The question ``input_first`` asks before its task."""
+    return ElicitRequest(
+        params=ElicitRequestFormParams(
+            message="Your name?",
+            requested_schema={
+                "type": "object",
+                "properties": {"name": {"type": "string"}},
+                "required": ["name"],
+            },
+        )
+    )
+
+
 def build_tasks_app(registry: CancellationRegistry, **options: Any) -> Any:
     options.setdefault("poll_interval", 0.05)
     options.setdefault("kill_after", 0.5)
@@ -152,17 +166,7 @@ def build_tasks_app(registry: CancellationRegistry, **options: Any) -> Any:
         answers = ctx.input_responses or {}
         answer = answers.get("name")
         if answer is None:
-            ask = ElicitRequest(
-                params=ElicitRequestFormParams(
-                    message="Your name?",
-                    requested_schema={
-                        "type": "object",
-                        "properties": {"name": {"type": "string"}},
-                        "required": ["name"],
-                    },
-                )
-            )
-            return InputRequiredResult(input_requests={"name": ask})
+            return InputRequiredResult(input_requests={"name": ask_for_name()})
         await asyncio.sleep(seconds)
         content = getattr(answer, "content", None) or {}
         return f"hello {content.get('name', '?')}"
@@ -186,6 +190,12 @@ def build_tasks_app(registry: CancellationRegistry, **options: Any) -> Any:
 
 
 def main() -> None:
+    serve(build_tasks_app)
+
+
+def serve(build: Any) -> None:
+    """Serve the app *build* makes (``build(registry, **options)``) as a worker process,
+    with the options of the command line (see the module docstring)."""
     from mcp_cancellation.storage import Storage
     from mcp_cancellation.storage.redis import PartitionedRedisStorage, RedisStorage
 
@@ -216,7 +226,7 @@ def main() -> None:
     uvicorn.run(
         # POST /hog?ms=N: N ms of CPU-bound work on the worker's loop (see hogging).
         hogging(
-            build_tasks_app(
+            build(
                 registry,
                 ttl=args.ttl,
                 max_tasks_per_scope=args.quota,

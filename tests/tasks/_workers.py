@@ -63,6 +63,12 @@ class TaskWorker(Worker):
         return f"http://127.0.0.1:{self.port}"
 
 
+class FastMCPTaskWorker(TaskWorker):
+    """The same, serving ``tests/tasks/_fastmcp_app.py`` (FastMCP and its extension)."""
+
+    MODULE = "tests.tasks._fastmcp_app"
+
+
 class Caller:
     """A raw JSON-RPC client of the tasks extension, at one address (its scope:
     ``ip:<address>``, the servers trusting the loopback proxy)."""

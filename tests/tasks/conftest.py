@@ -12,17 +12,30 @@ from mcp_cancellation import CancellationRegistry, MemoryStorage
 
 from ..support import BACKENDS, UvicornThread, redis_url
 from ._app import build_tasks_app
-from ._workers import QUOTA, TaskWorker
+from ._fastmcp_app import build_fastmcp_tasks_app
+from ._workers import QUOTA, FastMCPTaskWorker, TaskWorker
+
+#: The servers the task suite runs against: the SDK's MCPServer with TasksExtension, and
+#: FastMCP with FastMCPTasksExtension (one task core, two thin adapters).
+FLAVORS = ["sdk", "fastmcp"]
+
+
+@pytest.fixture(scope="module", params=FLAVORS)
+def flavor(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def servers(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+def servers(request: pytest.FixtureRequest, flavor: str) -> Iterator[tuple[str, str]]:
     """Two workers' base URLs: two processes on the leg's Redis, or, on memory, one
     server twice (a memory table is one process's)."""
     backend: str = request.param
+    build = build_tasks_app if flavor == "sdk" else build_fastmcp_tasks_app
+    worker = TaskWorker if flavor == "sdk" else FastMCPTaskWorker
     if backend == "memory":
         registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
-        with UvicornThread(build_tasks_app(registry, max_tasks_per_scope=QUOTA)) as server:
+        with UvicornThread(build(registry, max_tasks_per_scope=QUOTA)) as server:
             yield server.url, server.url
         return
     url = redis_url(backend, request)
@@ -30,9 +43,9 @@ def servers(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     options: dict[str, float] = {"quota": QUOTA}
     if backend == "redis-partitioned":
         options["partitions"] = 3
-    a = TaskWorker(url, prefix, **options)
+    a = worker(url, prefix, **options)
     try:
-        b = TaskWorker(url, prefix, **options)
+        b = worker(url, prefix, **options)
     except BaseException:
         a.stop()
         raise

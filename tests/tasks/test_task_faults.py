@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ..support import RedisServer, async_wait_until
-from ._workers import Caller, TaskWorker
+from ._workers import Caller, FastMCPTaskWorker, TaskWorker
 from .test_tasks import address, until_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
@@ -30,8 +30,15 @@ DEAD = "The worker running this task stopped."
 STOPPED = "The server stopped before the task finished."
 
 
+#: The server every test runs against: the SDK's, and FastMCP's (see conftest.FLAVORS).
+WORKERS: dict[str, type[TaskWorker]] = {"sdk": TaskWorker, "fastmcp": FastMCPTaskWorker}
+
+
 class Pair:
     """Two task workers on one table (and a raw client of their Redis)."""
+
+    #: The worker class of the test's flavor (set by the autouse fixture below).
+    kind: type[TaskWorker] = TaskWorker
 
     def __init__(self, url: str, **options: float) -> None:
         self.redis_url = url
@@ -42,7 +49,7 @@ class Pair:
         self.b = self.start()
 
     def start(self) -> TaskWorker:
-        worker = TaskWorker(self.redis_url, self.prefix, **self.options)
+        worker = self.kind(self.redis_url, self.prefix, **self.options)
         self.workers.append(worker)
         return worker
 
@@ -51,6 +58,12 @@ class Pair:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(worker.process.pid, signal.SIGCONT)
             worker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _flavor(flavor: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test of this module runs against both servers."""
+    monkeypatch.setattr(Pair, "kind", WORKERS[flavor])
 
 
 @pytest.fixture

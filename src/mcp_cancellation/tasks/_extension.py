@@ -157,7 +157,6 @@ class TasksExtension(Extension):
         self.registry = registry
         #: Each named tool's task support (a tool not named is ``forbidden``).
         self.task_support = support
-        self.task_tools = frozenset(n for n, mode in support.items() if mode != "forbidden")
         window = seconds("input_window", input_window, None, None, zero=True)
         if window is None:
             raise ConfigurationError("input_window must be a number of seconds")
@@ -188,6 +187,11 @@ class TasksExtension(Extension):
         self._listening = False
         self._closing = False
         registry.on_shutdown(self.shutdown)
+
+    @property
+    def task_tools(self) -> frozenset[str]:
+        """The tools that may run as tasks (``optional`` or ``required``)."""
+        return frozenset(n for n, mode in self.task_support.items() if mode != "forbidden")
 
     @property
     def table(self) -> TaskTable:
@@ -365,20 +369,33 @@ class TasksExtension(Extension):
     ) -> HandlerResult:
         """Answer a task-supporting tool's call with a task handle, or run it as a plain
         call; a ``required`` one called without the extension gets ``-32021``."""
-        mode = self.task_support.get(params.name, "forbidden")
-        if mode == "forbidden":
-            return await call_next(ctx)
-        if not (_modern(ctx) and _declares(ctx)):
-            if mode == "required":
-                raise _missing_extension()
-            return await call_next(ctx)
-        self._start()
         if not self._middleware_seen and not self._warned:
             self._warned = True
             logger.warning(
                 "pass the TasksExtension as the server's middleware too "
                 "(MCPServer(..., middleware=[tasks])): tools/list does not state task support"
             )
+        mode = self.task_support.get(params.name, "forbidden")
+        return await self.run_tool_call(params, ctx, call_next, mode)
+
+    async def run_tool_call(
+        self,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+        mode: str,
+        poll_ms: int | None = None,
+    ) -> HandlerResult:
+        """The tool call of a tool whose task support is *mode* (the task core of every
+        adapter: the SDK's interceptor above, FastMCP's extension). *call_next* runs the
+        tool with the context it is given; *poll_ms* overrides ``poll_interval``."""
+        if mode not in ("required", "optional"):
+            return await call_next(ctx)
+        if not (_modern(ctx) and _declares(ctx)):
+            if mode == "required":
+                raise _missing_extension()
+            return await call_next(ctx)
+        self._start()
         token = current_token()
         if token is None:  # no middleware in front: no scope to bind the task to
             logger.warning("tasks need CancellationMiddleware in front of the app")
@@ -398,7 +415,7 @@ class TasksExtension(Extension):
             created_ms=now,
             updated_ms=now,
             ttl_ms=self.ttl_ms,
-            poll_ms=self.poll_ms,
+            poll_ms=self.poll_ms if poll_ms is None else max(1, poll_ms),
         )
         if self._closing:
             return await self._refused(mode, scope, token.tool, "shutdown", ctx, call_next)
@@ -453,7 +470,11 @@ class TasksExtension(Extension):
         return (
             run.finished.is_set()
             and run.error is None
-            and isinstance(run.value, InputRequiredResult)
+            and (
+                isinstance(run.value, InputRequiredResult)
+                # (FastMCP wraps it: InputRequiredToolResult.input_required)
+                or isinstance(getattr(run.value, "input_required", None), InputRequiredResult)
+            )
         )
 
     async def _refused(

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import REQUEST_CANCELLED, RequestCancelled, StorageUnavailable
 from .._extras import requires
+from .._token import cancellation_error_type
 from ..signals import task_ended
 from ..storage._task_table import ANSWER_PREFIX, INPUT_PREFIX, TERMINAL, TaskRecord
 
@@ -423,9 +424,13 @@ class _TaskSession:
 
 
 def _stop_if_cancelled(token: RequestToken) -> None:
-    """Stop a wait for input of a cancelled task: as a protocol error, which the SDK
-    passes up quietly (any other exception from a tool it logs as a crash)."""
+    """Stop a wait for input of a cancelled task quietly: with the cancellation error an
+    integration set (FastMCP's, which it passes up without a traceback), else as a
+    protocol error, which the SDK passes up quietly (any other exception from a tool it
+    logs as a crash)."""
     if token.cancelled:
+        if cancellation_error_type.get() is not RequestCancelled:
+            token.raise_if_cancelled()
         token.mark_observed()
         raise MCPError(REQUEST_CANCELLED, token.reason or "Task cancelled")
 
