@@ -69,6 +69,10 @@ class FastMCPTaskWorker(TaskWorker):
     MODULE = "tests.tasks._fastmcp_app"
 
 
+#: The worker of each server the suite runs against (conftest.FLAVORS).
+WORKERS: dict[str, type[TaskWorker]] = {"sdk": TaskWorker, "fastmcp": FastMCPTaskWorker}
+
+
 class Caller:
     """A raw JSON-RPC client of the tasks extension, at one address (its scope:
     ``ip:<address>``, the servers trusting the loopback proxy)."""

@@ -13,7 +13,7 @@ from mcp_cancellation import CancellationRegistry, MemoryStorage
 from ..support import BACKENDS, UvicornThread, redis_url
 from ._app import build_tasks_app
 from ._fastmcp_app import build_fastmcp_tasks_app
-from ._workers import QUOTA, FastMCPTaskWorker, TaskWorker
+from ._workers import QUOTA, WORKERS, FastMCPTaskWorker, TaskWorker
 
 #: The servers the task suite runs against: the SDK's MCPServer with TasksExtension, and
 #: FastMCP with FastMCPTasksExtension (one task core, two thin adapters).
@@ -24,6 +24,12 @@ FLAVORS = ["sdk", "fastmcp"]
 def flavor(request: pytest.FixtureRequest) -> str:
     name: str = request.param
     return name
+
+
+@pytest.fixture(scope="module")
+def task_worker(flavor: str) -> type[TaskWorker]:
+    """The worker class of the flavor (a uvicorn process serving it on a table)."""
+    return WORKERS[flavor]
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -18,11 +18,13 @@ from .test_tasks import address, until_status
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 
-async def _inspect_and_cancel(url: str, http: httpx.AsyncClient, partitions: int) -> None:
+async def _inspect_and_cancel(
+    url: str, http: httpx.AsyncClient, partitions: int, worker: type[TaskWorker]
+) -> None:
     prefix = f"tasks-{uuid.uuid4().hex[:8]}"
     options: dict[str, float] = {"partitions": partitions} if partitions > 1 else {}
-    a = TaskWorker(url, prefix, **options)
-    b = TaskWorker(url, prefix, **options)
+    a = worker(url, prefix, **options)
+    b = worker(url, prefix, **options)
     try:
         caller = Caller(http, address())
         finished = await caller.create(a.url, "sized", {"size": 2})
@@ -68,13 +70,13 @@ async def _inspect_and_cancel(url: str, http: httpx.AsyncClient, partitions: int
 
 
 async def test_inspect_lists_tasks_and_cancel_stops_one(
-    redis_server: RedisServer, http: httpx.AsyncClient
+    redis_server: RedisServer, http: httpx.AsyncClient, task_worker: type[TaskWorker]
 ) -> None:
-    await _inspect_and_cancel(redis_server.url, http, 1)
+    await _inspect_and_cancel(redis_server.url, http, 1, task_worker)
 
 
 @pytest.mark.cluster
 async def test_inspect_and_cancel_tasks_of_a_partitioned_table(
-    redis_cluster: RedisClusterServers, http: httpx.AsyncClient
+    redis_cluster: RedisClusterServers, http: httpx.AsyncClient, task_worker: type[TaskWorker]
 ) -> None:
-    await _inspect_and_cancel(redis_cluster.url, http, 3)
+    await _inspect_and_cancel(redis_cluster.url, http, 3, task_worker)

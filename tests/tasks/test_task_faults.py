@@ -21,17 +21,13 @@ from redis.asyncio import Redis
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ..support import RedisServer, async_wait_until
-from ._workers import Caller, FastMCPTaskWorker, TaskWorker
+from ._workers import Caller, TaskWorker
 from .test_tasks import address, until_status
 
 pytestmark = [pytest.mark.e2e, pytest.mark.redis]
 
 DEAD = "The worker running this task stopped."
 STOPPED = "The server stopped before the task finished."
-
-
-#: The server every test runs against: the SDK's, and FastMCP's (see conftest.FLAVORS).
-WORKERS: dict[str, type[TaskWorker]] = {"sdk": TaskWorker, "fastmcp": FastMCPTaskWorker}
 
 
 class Pair:
@@ -61,9 +57,9 @@ class Pair:
 
 
 @pytest.fixture(autouse=True)
-def _flavor(flavor: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def _flavor(task_worker: type[TaskWorker], monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test of this module runs against both servers."""
-    monkeypatch.setattr(Pair, "kind", WORKERS[flavor])
+    monkeypatch.setattr(Pair, "kind", task_worker)
 
 
 @pytest.fixture

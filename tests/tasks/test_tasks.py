@@ -296,11 +296,11 @@ def _meta(answer: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.redis
 async def test_a_killed_workers_tasks_fail_and_its_completed_tasks_survive_a_restart(
-    redis_server: RedisServer, http: httpx.AsyncClient
+    redis_server: RedisServer, http: httpx.AsyncClient, task_worker: type[TaskWorker]
 ) -> None:
     prefix = f"tasks-{uuid.uuid4().hex[:8]}"
-    a = TaskWorker(redis_server.url, prefix, heartbeat_ttl=1.0)
-    b = TaskWorker(redis_server.url, prefix, heartbeat_ttl=1.0)
+    a = task_worker(redis_server.url, prefix, heartbeat_ttl=1.0)
+    b = task_worker(redis_server.url, prefix, heartbeat_ttl=1.0)
     restarted: TaskWorker | None = None
     try:
         caller = Caller(http, address())
@@ -313,7 +313,7 @@ async def test_a_killed_workers_tasks_fail_and_its_completed_tasks_survive_a_res
         failed = await until_status(caller, b.url, running, {"failed"}, within=15)
         assert time.monotonic() - started < 10  # the heartbeat bound (1 s) and a margin
         assert failed["error"]["message"] == "The worker running this task stopped."
-        restarted = TaskWorker(redis_server.url, prefix, heartbeat_ttl=1.0)
+        restarted = task_worker(redis_server.url, prefix, heartbeat_ttl=1.0)
         for url in (restarted.url, b.url):
             kept = await caller.get(url, finished)
             assert kept["status"] == "completed"
