@@ -19,7 +19,9 @@ Printed with their goals (issue 66):
     python benchmarks/tasks.py [--tasks 1000] [--duration 2] [--rounds 4]
                                [--concurrency 16] [--samples 40]
 
-The same load runs against fastmcp-tasks on the same Redis in the same run (two FastMCP
+The same load runs, in the same run, against FastMCP servers with this package's
+``FastMCPTasksExtension`` (``tests/tasks/_fastmcp_app.py``, issue 75), and against
+fastmcp-tasks on the same Redis (two FastMCP
 server processes with ``fastmcp-tasks``' Docket workers, ``benchmarks/_fastmcp_tasks_server.py``,
 in the FastMCP tasks client's virtualenv of ``tests/tasks``), printed side by side. Goals
 against it: cancel-to-stop at least twice as fast, no more server CPU per poll. The stop
@@ -95,10 +97,13 @@ async def rpc(
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def start_worker(redis_url: str, prefix: str) -> tuple[subprocess.Popen[bytes], str]:
-    """A worker of this package (``tests/tasks/_app.py``)."""
+def start_worker(
+    redis_url: str, prefix: str, module: str = "tests.tasks._app"
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A worker of this package: the SDK's server (``tests/tasks/_app.py``), or FastMCP's
+    with ``FastMCPTasksExtension`` (``tests/tasks/_fastmcp_app.py``)."""
     port = free_port()
-    command = [sys.executable, "-m", "tests.tasks._app", "--port", str(port)]
+    command = [sys.executable, "-m", module, "--port", str(port)]
     command += ["--redis-url", redis_url, "--prefix", prefix]
     command += ["--quota", "100000", "--heartbeat-ttl", "30"]
     return _started(command, port, redis_url)
@@ -301,6 +306,12 @@ async def run(args: argparse.Namespace) -> None:
             ours = await measure(args, server, workers)
         finally:
             stop(workers)
+        prefix = f"bench-{uuid.uuid4().hex[:6]}"
+        fast = [start_worker(server.url, prefix, "tests.tasks._fastmcp_app") for _ in range(2)]
+        try:
+            on_fastmcp = await measure(args, server, fast)
+        finally:
+            stop(fast)
         if not args.no_peer:
             try:
                 from tests.tasks._workers import client_venv
@@ -317,13 +328,16 @@ async def run(args: argparse.Namespace) -> None:
 
     def row(label: str, value: Any) -> None:
         theirs = "" if peer is None else value(peer)
-        print(f"  {label:<34} {value(ours):>18} {theirs:>18}")
+        print(f"  {label:<34} {value(ours):>18} {value(on_fastmcp):>18} {theirs:>18}")
 
     def p(values: list[float], q: float) -> str:
         return f"{values[min(len(values) - 1, int(len(values) * q))] * 1e3:.1f} ms"
 
     print(f"\n{args.tasks} tasks on two workers, {args.concurrency} clients, one Redis")
-    print(f"  {'':<34} {'mcp-cancellation':>18} {'fastmcp-tasks' if peer else '':>18}")
+    print(
+        f"  {'':<34} {'ours (SDK)':>18} {'ours (FastMCP)':>18} "
+        f"{'fastmcp-tasks' if peer else '':>18}"
+    )
     row("server CPU per tasks/get", lambda f: f"{f.median('tasks/get') * 1e6:.0f} us")
     row("server CPU per tools/list", lambda f: f"{f.median('tools/list') * 1e6:.0f} us")
     row("Redis CPU per tasks/get", lambda f: f"{statistics.median(f.redis_per_get) * 1e6:.1f} us")
@@ -352,6 +366,19 @@ async def run(args: argparse.Namespace) -> None:
         check("cancel-to-stop at least 2x faster than fastmcp-tasks", faster >= 2, f"{faster:.1f}x")
         cpu = ours.median("tasks/get") / peer.median("tasks/get")
         check("no more server CPU per poll than fastmcp-tasks", cpu <= 1.0, f"{cpu:.2f}x")
+        cpu = on_fastmcp.median("tasks/get") / peer.median("tasks/get")
+        check(
+            "FastMCP with this package: no more server CPU per poll than fastmcp-tasks",
+            cpu <= 1.0,
+            f"{cpu:.2f}x",
+        )
+        stop_fastmcp = statistics.median(on_fastmcp.stopping)
+        faster = statistics.median(peer.stopping) / stop_fastmcp
+        check(
+            "FastMCP with this package: cancel-to-stop faster than fastmcp-tasks",
+            faster >= 1,
+            f"{faster:.1f}x",
+        )
 
 
 def main() -> None:
