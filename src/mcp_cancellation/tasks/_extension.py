@@ -385,10 +385,12 @@ class TasksExtension(Extension):
         call_next: CallNext,
         mode: str,
         poll_ms: int | None = None,
+        input_window: float | None = None,
     ) -> HandlerResult:
         """The tool call of a tool whose task support is *mode* (the task core of every
         adapter: the SDK's interceptor above, FastMCP's extension). *call_next* runs the
-        tool with the context it is given; *poll_ms* overrides ``poll_interval``."""
+        tool with the context it is given; *poll_ms* overrides ``poll_interval``, and
+        *input_window* the ``input_window`` (0 for a tool that never asks first)."""
         if mode not in ("required", "optional"):
             return await call_next(ctx)
         if not (_modern(ctx) and _declares(ctx)):
@@ -424,7 +426,8 @@ class TasksExtension(Extension):
         self._running[work] = run
         work.add_done_callback(self._forget)
         try:
-            if await self._input_first(run):
+            window = self.input_window if input_window is None else input_window
+            if await self._input_first(run, window):
                 run.decide(recorded=False)  # an input round: answered directly
                 answer: HandlerResult = run.answer()
                 return answer
@@ -453,7 +456,7 @@ class TasksExtension(Extension):
             task_created.send(self.registry, task_id=record.task_id, scope=scope, tool=token.tool)
         return {"resultType": "task", **task_fields(record)}
 
-    async def _input_first(self, run: TaskRun) -> bool:
+    async def _input_first(self, run: TaskRun, window: float) -> bool:
         """Let the tool run for its input window: whether it answered with an
         ``InputRequiredResult`` (an input round, answered without a task). It is a
         task as soon as it asks for input otherwise, or runs past the window."""
@@ -462,8 +465,8 @@ class TasksExtension(Extension):
         asked = asyncio.ensure_future(run.asked.wait())
         try:
             await asyncio.wait({started, finished}, return_when=asyncio.FIRST_COMPLETED)
-            if not run.finished.is_set() and self.input_window:
-                await asyncio.wait({finished, asked}, timeout=self.input_window)
+            if not run.finished.is_set() and window:
+                await asyncio.wait({finished, asked}, timeout=window)
         finally:
             for waiter in (started, finished, asked):
                 waiter.cancel()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -136,12 +137,33 @@ class FastMCPTasksExtension(ServerExtension):
         if srctx is None or mode == "forbidden":
             return await call_next()
         self.core.task_support[params.name] = mode
-        result = await self.core.run_tool_call(params, srctx, _tool_body(call_next), mode, poll_ms)
+        # (Only a tool that says it may answer with an InputRequiredResult gets the input
+        # window: the others are answered with their task at once.)
+        window = None if _may_ask_first(tool) else 0.0
+        body = _tool_body(call_next)
+        result = await self.core.run_tool_call(params, srctx, body, mode, poll_ms, window)
         if isinstance(result, dict):
             return CreateTaskResult(**result)
         if result is None:  # (no answer a tool call could give)
             raise MCPError(-32603, "The tool call gave no result.")
         return result
+
+
+def _may_ask_first(tool: object) -> bool:
+    """Whether *tool*'s function declares that it may return an ``InputRequiredResult``
+    (an input round before its task); a tool that cannot be read is assumed to."""
+    fn = getattr(tool, "fn", None)
+    if fn is None:
+        return True
+    try:
+        annotation = inspect.signature(fn).return_annotation
+    except (TypeError, ValueError):
+        return True
+    if annotation is inspect.Signature.empty:
+        return False
+    return "InputRequiredResult" in (
+        annotation if isinstance(annotation, str) else repr(annotation)
+    )
 
 
 def _tool_body(
