@@ -358,7 +358,7 @@ async def test_a_resync_releases_the_rows_redis_holds_for_this_worker_beyond_its
         flight = storage.key("f:", "1:s2")
         entry = b"4:1:s2" + b"gone-owner"
         await raw.hset(flight, b"gone-owner", f"1\t0\t{worker}\t")
-        await raw.hset(storage.key("fw:", "1:s2"), mapping={"#": 1, worker: 1})
+        await raw.hset(storage.key("fw:", "1:s2"), mapping={worker: 1})
         await raw.hincrby(storage.key("fs"), "s", 1)
         await raw.sadd(storage.key("w:", worker), entry)
         result = await storage.add("s", "2", "old", limits=Limits(), require_in_flight=True)

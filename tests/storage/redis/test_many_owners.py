@@ -91,12 +91,14 @@ async def test_a_cancellation_of_thousands_of_owners_costs_what_one_owner_s_does
         await pubsub.aclose()
 
     assert thousands == single
-    # One message per worker, each naming the mark's sequence, not the owners: 2 + 2
-    # calls of the id were tracked before (1-based).
+    # One message per worker, each naming the mark's sequence, not the owners: the
+    # table's last sequence (P seq: 2 + 2 tracks of ids 5 and 6, then the 2 x OWNERS
+    # calls of this id, numbered from 1 in one counter).
     ids = sorted(r.storage.worker_id for r in workers if isinstance(r.storage, RedisStorage))
     assert sorted(c.decode().rsplit(":", 1)[1] for c, _ in messages) == ids
+    assert int(await raw.get(f"{{{prefix}}}:seq")) == 4 + 2 * OWNERS
     for _, data in messages:
-        sequence = str(2 * OWNERS)
+        sequence = str(4 + 2 * OWNERS)
         assert data == b"1:s1:75:+stop1:@" + f"{len(sequence)}:{sequence}".encode()
 
     # A call of the id tracked after the cancellation is not cancelled by it.

@@ -37,7 +37,7 @@ async def _fill(raw: Redis, storage: RedisStorage) -> None:
         scope, key, owner = f"ip:10.0.{i // 256 % 256}.{i % 256}", str(i), f"{worker}:{i}"
         m = f"{len(scope)}:{scope}{key}"
         pipe.hset(storage.key("f:", m), owner, f"1\t{1_700_000_000_000 + i}\t{worker}\tslow")
-        pipe.hset(storage.key("fw:", m), mapping={"#": 1, worker: 1})
+        pipe.hset(storage.key("fw:", m), mapping={worker: 1})
         if i % 10 == 0:
             pipe.hset(storage.key("fw:", m), "!", "1:+stop")
         pipe.sadd(storage.key("w:", worker), f"{len(m)}:{m}{owner}")

@@ -257,12 +257,18 @@ async def test_a_push_reaches_only_the_owners_tracked_at_or_before_its_mark(
         assert await other.cancel_in_flight(9, "stop", scope="s")
         await async_wait_until(lambda: first.cancelled, within=5)
         async with HeldRequest(worker, 9, "s") as second:
-            await storage.stats()  # its track, sequence 2, has reached Redis
+            await storage.stats()  # its track has reached Redis: the table's last one
+            at = int(await raw.get(storage.key("seq")))
             channel = storage.key("c:", storage.worker_id)
-            # The first cancellation's message again, as if delayed (sequence 1), then one
-            # whose mark reaches the second call (messages on a channel keep their order).
-            await raw.publish(channel, b"1:s1:95:+stop1:@1:1")
-            await raw.publish(channel, b"1:s1:95:+late1:@1:2")
+            # The first cancellation's message again, as if delayed (a mark before the
+            # second call's sequence), then one whose mark reaches the second call
+            # (messages on a channel keep their order).
+            for reason, mark in (("stop", at - 1), ("late", at)):
+                sequence = str(mark).encode()
+                message = (
+                    b"1:s1:95:+" + reason.encode() + b"1:@" + b"%d:%s" % (len(sequence), sequence)
+                )
+                await raw.publish(channel, message)
             await async_wait_until(lambda: second.cancelled, within=5)
             assert second.reason == "late"
 

@@ -97,11 +97,12 @@ else
 end
 result[2], result[6] = table.concat(singles), table.concat(evicted)
 if not in_flight then return result end
--- Bind it to the owners in flight: one mark at the request's last sequence, and one
+-- Bind it to the owners in flight: one mark at the table's last sequence (every owner
+-- tracked so far has one at or before it, every later one a greater one), and one
 -- message per other worker that has owners of it (their listeners flip the tokens of
 -- sequence <= it). Its work does not grow with the owners.
 local wk = workers_key(m)
-local sequence = tonumber(redis.call('HGET', wk, '#') or 0)
+local sequence = tonumber(redis.call('GET', SEQ) or 0)
 set_mark(wk, sequence, renc)
 local message = netstring(scope) .. netstring(key) .. netstring(renc)
   .. netstring(ARGV[17] or '@') .. netstring(string.format('%d', sequence))
@@ -109,7 +110,7 @@ local fields = redis.call('HGETALL', wk)
 for i = 1, #fields, 2 do
   local w = fields[i]
   local c = string.byte(w, 1)
-  if c ~= 35 and c ~= 33 and w ~= ARGV[9] then  -- a worker, not '#' or '!'
+  if c ~= 33 and w ~= ARGV[9] then  -- a worker, not the mark '!'
     redis.call('PUBLISH', P .. 'c:' .. w, message)
   end
 end

@@ -244,9 +244,9 @@ local function check_epoch(known, grace_ms, layout)
 end
 -- A request's owners in flight (docs/architecture.md, "The Redis table"): P f:<m> holds
 -- each owner's track, '<sequence>\t<started ms>\t<worker>\t<tool>' (what the operator
--- view shows of it too); P fw:<m> holds the request's last sequence ('#'), its mark
--- ('!' -> '<sequence>:<reason>': every owner tracked at or before that sequence is
--- cancelled, a later one is not) and each worker's count of owners. So a cancellation
+-- view shows of it too); P fw:<m> holds its mark ('!' -> '<sequence>:<reason>': every
+-- owner tracked at or before that sequence of the table's counter P seq is cancelled, a
+-- later one is not) and each worker's count of owners. So a cancellation
 -- writes one mark and one message per worker, however many owners it reaches. Both keys
 -- go with the request's last owner.
 local function workers_key(m) return P .. 'fw:' .. m end
@@ -320,7 +320,6 @@ local function track(scope, key, owner, w, age, tool)
     sequence = sequence_of(redis.call('HGET', fk, owner))  -- (tracked again: a resync)
     return sequence, marked(wk, sequence)
   end
-  redis.call('HSET', wk, '#', sequence)
   redis.call('HINCRBY', wk, w, 1)
   redis.call('HINCRBY', FS, scope, 1)
   redis.call('SADD', worker_key(w), netstring(m) .. owner)
