@@ -258,7 +258,7 @@ async def test_a_push_reaches_only_the_owners_tracked_at_or_before_its_mark(
         await async_wait_until(lambda: first.cancelled, within=5)
         async with HeldRequest(worker, 9, "s") as second:
             await storage.stats()  # its track has reached Redis: the table's last one
-            at = int(await raw.get(storage.key("seq")))
+            at = int(await raw.get(storage.key("seq")) or 0)
             channel = storage.key("c:", storage.worker_id)
             # The first cancellation's message again, as if delayed (a mark before the
             # second call's sequence), then one whose mark reaches the second call
