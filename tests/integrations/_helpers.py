@@ -323,19 +323,21 @@ async def refused_then_cancelled(
 
 @contextlib.asynccontextmanager
 async def workers_sharing(
-    url: str, count: int = 2, partitions: int = 1
+    url: str, count: int = 2, partitions: int = 1, **options: Any
 ) -> AsyncIterator[list[CancellationRegistry]]:
     """*count* registries on one Redis table at *url* (a fresh prefix; split in
-    *partitions* if more than one), as *count* worker processes have; closed, with their
-    connections and background tasks, at the end."""
+    *partitions* if more than one; *options* for each storage), as *count* worker
+    processes have; closed, with their connections and background tasks, at the end."""
     from mcp_cancellation.storage.redis import PartitionedRedisStorage, RedisStorage
 
     prefix = f"workers-{uuid.uuid4().hex[:8]}"
 
     def storage() -> Storage:
         if partitions > 1:
-            return PartitionedRedisStorage.from_url(url, partitions=partitions, prefix=prefix)
-        return RedisStorage.from_url(url, prefix=prefix)
+            return PartitionedRedisStorage.from_url(
+                url, partitions=partitions, prefix=prefix, **options
+            )
+        return RedisStorage.from_url(url, prefix=prefix, **options)
 
     registries = [CancellationRegistry(storage(), janitor_interval=None) for _ in range(count)]
     try:

@@ -181,10 +181,13 @@ async def test_a_dead_worker_s_call_is_reported_not_cancelled(
     redis_server: Any, request: pytest.FixtureRequest
 ) -> None:
     url = redis_url("redis", request)
-    async with workers_sharing(url, count=1) as (registry,):
+    # (A heartbeat beaten every 150 s: once its first beat is done, the key deleted below
+    # stays gone for the test, as a SIGKILLed worker's does.)
+    async with workers_sharing(url, count=1, heartbeat_ttl=600) as (registry,):
         storage: Any = registry.storage
         async with registry.request("orphan", "ip:192.0.2.9", tool="poll"):
             await storage.resync()  # tracked in Redis, with a heartbeat
+            await async_wait_until(lambda: storage.heartbeats >= 1)
             client = aioredis.Redis.from_url(url)
             try:  # the worker's heartbeat lapses, as a SIGKILLed worker's does
                 await client.delete(storage.key("hb:", storage.worker_id))

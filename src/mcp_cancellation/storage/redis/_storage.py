@@ -496,6 +496,11 @@ class RedisStorage(Storage):
     # -- push ----------------------------------------------------------------------------
 
     @property
+    def heartbeats(self) -> int:
+        """Beats this worker's heartbeat thread made (for health checks and tests)."""
+        return self._liveness.beats if self._liveness is not None else 0
+
+    @property
     def resyncs(self) -> int:
         """Resyncs this worker finished (each re-tracks its requests in Redis)."""
         return self._journal.resyncs
