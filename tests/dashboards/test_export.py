@@ -5,7 +5,10 @@ rules."""
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,11 +37,51 @@ def test_command_writes_what_the_repository_holds(
     assert sorted(p.name for p in target.iterdir()) == [
         "abusive-scopes.json",
         "alerts.yaml",
+        "export.json",  # (the options, for the check)
         "overview.json",
     ]
     for path in target.iterdir():
-        assert path.read_bytes() == (DASHBOARDS / path.name).read_bytes()
-    assert capsys.readouterr().out.count("wrote ") == 3
+        if path.name != "export.json":
+            assert path.read_bytes() == (DASHBOARDS / path.name).read_bytes()
+    assert capsys.readouterr().out.count("wrote ") == 4
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        [],
+        ["--selector", 'job="mcp"'],
+        ["--datasource", "prom-uid"],
+        ["--format", "prometheus-rule", "--namespace", "ops"],
+        ["--format", "none"],
+    ],
+    ids=["defaults", "selector", "datasource", "prometheus-rule", "dashboards-only"],
+)
+def test_the_check_accepts_every_export_and_says_how_to_redo_a_changed_one(
+    tmp_path: Path, options: list[str]
+) -> None:
+    target = tmp_path / "out"
+    assert main(["dashboards", "export", str(target), *options]) == 0
+    docs = project_root() / "docs"
+    check = dashboards_check(["--check", "--dir", str(target), "--docs", str(docs)])
+    assert check.returncode == 0, check.stderr
+    overview = target / "overview.json"
+    overview.write_text(overview.read_text(encoding="utf-8").replace("MCP", "XYZ"))
+    check = dashboards_check(["--check", "--dir", str(target), "--docs", str(docs)])
+    assert check.returncode == 1
+    assert "overview.json: stale; run mcp-cancellation dashboards export" in check.stderr
+    assert str(target) in check.stderr  # the directory checked, not ./dashboards
+    for option in options:
+        assert shlex.quote(option) in check.stderr or option in check.stderr
+
+
+def dashboards_check(arguments: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mcp_cancellation.dashboards", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.prometheus
@@ -79,7 +122,8 @@ def test_prometheus_rule_resource_holds_the_same_rules(tmp_path: Path) -> None:
 def test_dashboards_only_and_another_datasource(tmp_path: Path) -> None:
     args = ["dashboards", "export", str(tmp_path), "--format", "none", "--datasource", "uid-1"]
     assert main(args) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["abusive-scopes.json", "overview.json"]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["abusive-scopes.json", "export.json", "overview.json"]  # (the CLI's)
     document = json.loads((tmp_path / "overview.json").read_text(encoding="utf-8"))
     assert (
         dashboards.check_dashboard(

@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
             rules_selector=args.selector or "",
             rule_name=args.rule_name,
             namespace=args.namespace,
+            manifest=True,
         )
     except OSError as exc:
         print(f"mcp-cancellation dashboards: {exc}", file=sys.stderr)

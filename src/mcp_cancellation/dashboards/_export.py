@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -21,6 +22,8 @@ __all__ = ["PROMETHEUS_RULE_FILE", "RULE_FORMATS", "check_directory", "export", 
 #: prometheus-operator ``PrometheusRule`` resource.
 RULE_FORMATS = ("rules", "prometheus-rule")
 PROMETHEUS_RULE_FILE = "alerts.prometheusrule.yaml"
+#: What an export was made with, written beside it: the check regenerates from it.
+MANIFEST = "export.json"
 
 
 def export(
@@ -31,13 +34,16 @@ def export(
     rules_selector: str = "",
     rule_name: str = "mcp-cancellation",
     namespace: str | None = None,
+    manifest: bool = False,
 ) -> list[Path]:
     """Write every dashboard and the alert rules into *directory* (created if missing);
     the paths written.
 
     *rules* is one of :data:`RULE_FORMATS` (``alerts.yaml``, or
     ``alerts.prometheusrule.yaml`` named *rule_name* in *namespace*), or ``None`` for the
-    dashboards only. *rules_selector* is added to every metric the rules query.
+    dashboards only. *rules_selector* is added to every metric the rules query. With
+    *manifest*, ``export.json`` records the options, so that ``python -m
+    mcp_cancellation.dashboards --check --dir DIR`` checks the files against them.
     """
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
@@ -48,6 +54,16 @@ def export(
         files[PROMETHEUS_RULE_FILE] = prometheus_rule(rules_selector, rule_name, namespace)
     elif rules is not None:
         raise ValueError(f"rules must be one of {RULE_FORMATS} or None, not {rules!r}")
+    if manifest:  # (what --check regenerates the files from)
+        options = {
+            "selector": config.selector,
+            "datasource": config.datasource,
+            "rules": rules,
+            "rules_selector": rules_selector,
+            "rule_name": rule_name,
+            "namespace": namespace,
+        }
+        files[MANIFEST] = json.dumps(options, indent=1)
     written = []
     for name, text in files.items():
         path = target / name
@@ -57,34 +73,78 @@ def export(
 
 
 def check_directory(directory: Path, docs: Path | None) -> list[str]:
-    """Problems of the dashboards and ``alerts.yaml`` in *directory* (stale files too);
-    *docs* holds ``alerts.md``, whose headings the runbook links must name."""
+    """Problems of the dashboards and alert rules in *directory* (stale files too):
+    checked against what the options of its export (``export.json``, written by
+    ``mcp-cancellation dashboards export``) generate, or the defaults (this
+    repository's copy); *docs* holds ``alerts.md``, whose headings the runbook links
+    must name."""
     with requires("dashboards", "python -m mcp_cancellation.dashboards --check"):
         import yaml
 
+    manifest_path = directory / MANIFEST
+    options = (
+        json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {}
+    )
+    config = DashboardConfig(
+        selector=options.get("selector", DEFAULT.selector),
+        datasource=options.get("datasource", DEFAULT.datasource),
+    )
+    regenerate = _regenerate_command(directory, options)
     known = known_metric_names()
     problems: list[str] = []
-    for name, expected in dashboards().items():
+    for name, expected in dashboards(config).items():
         path = directory / name
         if not path.exists():
             problems.append(f"{path}: missing")
             continue
         text = path.read_text(encoding="utf-8")
         if text != expected:
-            problems.append(f"{path}: stale; run python -m mcp_cancellation.dashboards")
-        problems += [f"{path}: {p}" for p in check_dashboard(json.loads(text), known)]
-    rules_path = directory / RULES_FILE
+            problems.append(f"{path}: stale; run {regenerate}")
+        problems += [f"{path}: {p}" for p in check_dashboard(json.loads(text), known, config)]
+    fmt = options.get("rules", "rules")
+    if fmt is None:
+        return problems
+    selector = options.get("rules_selector", "")
+    if fmt == "prometheus-rule":
+        rules_path = directory / PROMETHEUS_RULE_FILE
+        name, namespace = options.get("rule_name", "mcp-cancellation"), options.get("namespace")
+        expected_rules = prometheus_rule(selector, name, namespace)
+    else:
+        rules_path = directory / RULES_FILE
+        expected_rules = rules_text(selector)
     runbook_path = docs / "alerts.md" if docs is not None else None
     runbook = (
         runbook_path.read_text(encoding="utf-8") if runbook_path and runbook_path.exists() else None
     )
     if not rules_path.exists():
         return [*problems, f"{rules_path}: missing"]
-    if rules_path.read_text(encoding="utf-8") != rules_text():
-        problems.append(f"{rules_path}: stale; run python -m mcp_cancellation.dashboards")
-    rules = yaml.safe_load(rules_path.read_text(encoding="utf-8"))
-    problems += [f"{rules_path}: {p}" for p in check_rules(rules, known, runbook)]
+    text = rules_path.read_text(encoding="utf-8")
+    if text != expected_rules:
+        problems.append(f"{rules_path}: stale; run {regenerate}")
+    document = yaml.safe_load(text)
+    if fmt == "prometheus-rule":  # (a PrometheusRule holds the groups in its spec)
+        document = (document or {}).get("spec", {})
+    problems += [f"{rules_path}: {p}" for p in check_rules(document, known, runbook)]
     return problems
+
+
+def _regenerate_command(directory: Path, options: dict[str, object]) -> str:
+    """The command that writes *directory* again, as it was made."""
+    if not options:
+        return f"python -m mcp_cancellation.dashboards --dir {shlex.quote(str(directory))}"
+    words = ["mcp-cancellation", "dashboards", "export", str(directory)]
+    defaults = DashboardConfig()
+    if options.get("selector") != defaults.selector:
+        words += ["--selector", str(options.get("rules_selector") or options.get("selector"))]
+    if options.get("datasource") != defaults.datasource:
+        words += ["--datasource", str(options["datasource"])]
+    fmt = options.get("rules", "rules")
+    words += ["--format", "none" if fmt is None else str(fmt)]
+    if fmt == "prometheus-rule":
+        words += ["--rule-name", str(options.get("rule_name"))]
+        if options.get("namespace"):
+            words += ["--namespace", str(options["namespace"])]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def main(argv: list[str] | None = None) -> int:
