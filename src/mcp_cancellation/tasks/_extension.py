@@ -76,6 +76,8 @@ REJECTED_META = "io.github.mcp-cancellation/taskRejected"
 MAX_TASK_ID_CHARS = 128
 #: The most answers one ``tasks/update`` may carry.
 MAX_ANSWERS = 64
+#: Loop steps a task's tool gets before its handle, to answer an input round at once.
+FIRST_STEPS = 10
 #: How often a worker ends the running tasks of dead workers (seconds): their records
 #: never expire while they read ``working``, so somebody must (a ``tasks/get`` does too).
 REAP_INTERVAL = 5.0
@@ -141,7 +143,7 @@ class TasksExtension(Extension):
         max_tasks: int | None = 10_000,
         kill_after: float | None = 10.0,
         drain_timeout: float = 10.0,
-        input_window: float = 0.05,
+        input_window: float = 0.0,
         require_mcp_name: bool = False,
     ) -> None:
         if isinstance(tools, str):
@@ -457,15 +459,21 @@ class TasksExtension(Extension):
         return {"resultType": "task", **task_fields(record)}
 
     async def _input_first(self, run: TaskRun, window: float) -> bool:
-        """Let the tool run for its input window: whether it answered with an
-        ``InputRequiredResult`` (an input round, answered without a task). It is a
-        task as soon as it asks for input otherwise, or runs past the window."""
+        """Let the tool take its first steps (a tool that asks first answers at once,
+        without waiting on anything), then its input *window* (for one that does some
+        I/O first): whether it answered with an ``InputRequiredResult`` (an input round,
+        answered without a task). It is a task as soon as it asks for input otherwise,
+        or runs on past both."""
         started = asyncio.ensure_future(run.started.wait())
         finished = asyncio.ensure_future(run.finished.wait())
         asked = asyncio.ensure_future(run.asked.wait())
         try:
             await asyncio.wait({started, finished}, return_when=asyncio.FIRST_COMPLETED)
-            if not run.finished.is_set() and window:
+            for _ in range(FIRST_STEPS):
+                if run.finished.is_set() or run.asked.is_set():
+                    break
+                await asyncio.sleep(0)  # (one step of the loop: the tool's, too)
+            if not (run.finished.is_set() or run.asked.is_set()) and window:
                 await asyncio.wait({finished, asked}, timeout=window)
         finally:
             for waiter in (started, finished, asked):

@@ -43,6 +43,8 @@ __all__ = ["FastMCPTasksExtension"]
 #: ``ctx.report_progress`` to the session only for a request that has one, and the
 #: task's session turns it into the task's ``statusMessage``.
 PROGRESS_TOKEN = "io.modelcontextprotocol/tasks"
+#: The input window of a tool whose return annotation names ``InputRequiredResult``.
+ASK_FIRST_WINDOW = 0.05
 #: The protocol version a task's tool body sees (see ``_tool_body``).
 HANDSHAKE_ERA = "2025-11-25"
 
@@ -137,9 +139,9 @@ class FastMCPTasksExtension(ServerExtension):
         if srctx is None or mode == "forbidden":
             return await call_next()
         self.core.task_support[params.name] = mode
-        # (Only a tool that says it may answer with an InputRequiredResult gets the input
-        # window: the others are answered with their task at once.)
-        window = None if _may_ask_first(tool) else 0.0
+        # (A tool that says it may answer with an InputRequiredResult gets an input
+        # window, for one that does some I/O before it asks.)
+        window = max(self.core.input_window, ASK_FIRST_WINDOW) if _may_ask_first(tool) else None
         body = _tool_body(call_next)
         result = await self.core.run_tool_call(params, srctx, body, mode, poll_ms, window)
         if isinstance(result, dict):
