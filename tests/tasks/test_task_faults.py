@@ -211,10 +211,10 @@ async def test_a_hundred_tasks_waiting_for_input_cost_redis_nothing(
             caller = Caller(http, address())
 
             async def rate() -> float:
-                """Commands Redis served per second over a 3 s window (nothing is waited
+                """Commands Redis served per second over a 4 s window (nothing is waited
                 for in it: the window is what is measured)."""
                 start, started = await commands(), time.monotonic()
-                await asyncio.sleep(3.0)
+                await asyncio.sleep(4.0)
                 return (await commands() - start - 1) / (time.monotonic() - started)
 
             async def commands() -> int:
@@ -233,9 +233,10 @@ async def test_a_hundred_tasks_waiting_for_input_cost_redis_nothing(
             for task_id in ids:
                 await until_status(caller, b.url, task_id, {"input_required"})
             waiting = await rate()
-            # The same as two idle workers (heartbeats, janitors, reapers): polling for the
-            # answers cost 100 x 20 = 2 000 scripts a second more.
-            assert waiting - idle < 5, (idle, waiting)
+            # The same as two idle workers (heartbeats, janitors, reapers: a few commands a
+            # second either way, as their timers fall in one window or the other); polling
+            # for the answers cost 100 x 20 = 2 000 scripts a second more.
+            assert waiting - idle < 20, (idle, waiting)
             # Every answer still reaches its tool, pushed to the worker that runs it.
             for task_id in ids[:10]:
                 for name in ("Al", "Bo"):
