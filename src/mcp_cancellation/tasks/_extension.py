@@ -422,7 +422,9 @@ class TasksExtension(Extension):
             poll_ms=self.poll_ms if poll_ms is None else max(1, poll_ms),
         )
         if self._closing:
-            return await self._refused(mode, scope, token.tool, "shutdown", ctx, call_next)
+            self._refuse(mode, scope, token.tool, "shutdown")
+            shut: HandlerResult = _with_rejection(await call_next(ctx), "shutdown")
+            return shut
         run = TaskRun(self, record, token.tool, ctx, call_next)
         work = asyncio.get_running_loop().create_task(run.run(), name=f"task {record.task_id}")
         self._running[work] = run
@@ -449,7 +451,7 @@ class TasksExtension(Extension):
             run.decide(recorded=False)
             if mode == "required":
                 work.cancel()
-            await self._refused(mode, scope, token.tool, created, ctx, None)
+            self._refuse(mode, scope, token.tool, created)
             await run.finished.wait()
             plain: HandlerResult = _with_rejection(run.answer(), created)
             return plain
@@ -488,24 +490,12 @@ class TasksExtension(Extension):
             )
         )
 
-    async def _refused(
-        self,
-        mode: str,
-        scope: str,
-        tool: str | None,
-        reason: str,
-        ctx: ServerRequestContext[Any, Any],
-        call_next: CallNext | None,
-    ) -> HandlerResult:
+    def _refuse(self, mode: str, scope: str, tool: str | None, reason: str) -> None:
         """A call that could not become a task: ``task.rejected``; a required tool's
-        call gets an error that says why, an optional one runs plain."""
+        call gets an error that says why (an optional one runs as the plain call it is)."""
         self._reject(scope, tool, reason)
         if mode == "required":
             raise MCPError(INTERNAL_ERROR, _REFUSALS.get(reason, _REFUSALS["unavailable"]))
-        if call_next is None:
-            return None
-        plain: HandlerResult = _with_rejection(await call_next(ctx), reason)
-        return plain
 
     def _forget(self, work: asyncio.Task[None]) -> None:
         self._running.pop(work, None)
