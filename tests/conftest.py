@@ -151,14 +151,17 @@ def make_storage(
     def make() -> Storage:
         # A tiny eviction chunk: the semantic tests' batches of 3 to 5 rows then take several
         # scripts, so the whole matrix checks that a split batch keeps the exact rules.
+        # Calls are tracked in the table at their start (track_delay=0), so that the
+        # table's in-flight rows match the memory storage's step by step; the young calls
+        # of the default delay have their own tests (tests/storage/redis/test_young_calls.py,
+        # and every worker and task test, which use the default).
         prefix = f"test-{uuid.uuid4().hex[:10]}"
         storage: Storage
+        options = {"prefix": prefix, "eviction_chunk": 2, "track_delay": 0}
         if backend == "redis-partitioned":
-            storage = PartitionedRedisStorage.from_url(
-                url, partitions=3, prefix=prefix, eviction_chunk=2
-            )
+            storage = PartitionedRedisStorage.from_url(url, partitions=3, **options)
         else:
-            storage = RedisStorage.from_url(url, prefix=prefix, eviction_chunk=2)
+            storage = RedisStorage.from_url(url, **options)
         made_storages.append(storage)
         return storage
 

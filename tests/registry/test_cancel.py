@@ -221,9 +221,12 @@ async def test_a_request_started_after_its_id_was_found_not_in_flight_is_not_can
     that (an id reused at once) is a new one, on every backend (on Redis, the miss a
     refused cancellation leaves for a track still on its way is not for it)."""
     assert not await registry.cancel_in_flight(5, "too early", scope="s")
+
+    async def landed() -> bool:  # (on Redis, once it has run its track delay)
+        return await in_flight(registry) == {"s": 1}
+
     async with registry.request(5, scope="s") as token:
-        await async_wait_until(lambda: registry.in_flight(5, scope="s"))  # its track landed
-        assert await in_flight(registry) == {"s": 1}
+        await async_wait_until(landed)  # its track landed
         assert not token.cancelled
     assert not await registry.is_cancelled(5, scope="s")
 

@@ -190,7 +190,8 @@ async def test_rows_a_failed_finish_left_are_released_when_redis_returns() -> No
         observer = RedisStorage.from_url(server.url, prefix="aof", **FAST)
         try:
             async with registry.request("r", "s"):
-                assert await observer.is_tracked("s", "r")
+                # (Tracked in Redis once it has run its track delay.)
+                await async_wait_until(lambda: observer.is_tracked("s", "r"), within=5)
                 server.stop()
             # finish() failed; the request ended normally all the same.
             server.start()
@@ -382,7 +383,8 @@ async def test_a_lost_table_is_noticed_by_the_next_call_and_rebuilt_by_every_wor
     assert isinstance(storage, RedisStorage)
     async with tool_worker.request(1, "s") as token:
         await settled(storage)
-        await other_worker.in_flight(1, "s")  # the other worker knows the table too
+        # The other worker knows the table too, and the call is tracked in it.
+        await async_wait_until(lambda: other_worker.in_flight(1, "s"), within=5)
         resyncs = storage.resyncs
         keys = [key async for key in raw.scan_iter(match=storage.key("*"))]
         await raw.delete(*keys)

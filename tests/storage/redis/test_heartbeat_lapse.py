@@ -27,7 +27,7 @@ async def test_a_worker_whose_heartbeat_lapsed_resyncs_even_if_a_request_starts_
     #
     # A 60 s heartbeat TTL (refreshed every 20 s) keeps the periodic heartbeat out of the
     # test: only the resync after the subscription and the one TRACK asks for can run.
-    storage = RedisStorage.from_url(server.url, prefix=prefix, heartbeat_ttl=60)
+    storage = RedisStorage.from_url(server.url, prefix=prefix, heartbeat_ttl=60, track_delay=0)
     worker = CancellationRegistry(storage, janitor_interval=None)
     other = make_registry()
     old = HeldRequest(worker, "old", "s")

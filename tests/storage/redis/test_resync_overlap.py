@@ -68,7 +68,7 @@ async def client(redis_server: RedisServer) -> AsyncIterator[ScriptLog]:
 
 @pytest.fixture
 async def registry(client: ScriptLog, prefix: str) -> AsyncIterator[CancellationRegistry]:
-    storage = RedisStorage(client, prefix=prefix)
+    storage = RedisStorage(client, prefix=prefix, track_delay=0)  # (tracked at once)
     registry = CancellationRegistry(storage, janitor_interval=None)
     await registry.stats()
     await settled(storage)  # the resync after the first subscription has run

@@ -142,8 +142,14 @@ async def test_polling_a_token_costs_no_round_trip(make_registry: MakeRegistry, 
         assert await calls_between(raw, before) == {}
 
 
-async def test_a_request_life_is_two_script_calls(make_registry: MakeRegistry, raw: Redis) -> None:
-    registry = make_registry(storage={"heartbeat_ttl": 600, "connection_class": CountingConnection})
+async def test_a_tracked_request_life_is_two_script_calls(
+    make_registry: MakeRegistry, raw: Redis
+) -> None:
+    # (Tracked at its start: track_delay=0. A young call's life costs none:
+    # test_young_calls.py.)
+    registry = make_registry(
+        storage={"heartbeat_ttl": 600, "connection_class": CountingConnection, "track_delay": 0}
+    )
     storage = registry.storage
     assert isinstance(storage, RedisStorage)
     async with registry.request(1, "s"):
@@ -164,7 +170,7 @@ async def test_eviction_and_quota_match_memory_step_by_step(
     """Random adds, removes and tracks on both storages give identical results."""
     rng = random.Random(seed)
     limits = Limits(max_rows=rng.choice([12, 25, 40]), max_rows_per_scope=rng.choice([5, 9]))
-    memory, redis = MemoryStorage(), make_storage()
+    memory, redis = MemoryStorage(), make_storage(track_delay=0)  # (in flight at once)
     scopes = [f"scope-{n}" for n in range(6)]
     for step in range(300):
         scope = rng.choice(scopes[: rng.randint(1, 6)])
@@ -205,7 +211,8 @@ async def test_a_cancellation_on_another_worker_is_pushed(make_registry: MakeReg
     tool_worker, other_worker = make_registry(), make_registry()
     assert tool_worker.instance_id != other_worker.instance_id
     async with tool_worker.request("call-1", "ip:10.1.1.1") as token:
-        assert await other_worker.in_flight("call-1", scope="ip:10.1.1.1")
+        # (Another worker sees it once it has run its track delay.)
+        await async_wait_until(lambda: other_worker.in_flight("call-1", scope="ip:10.1.1.1"))
         # Nobody else's scope reaches it, and unknown ids are ignored.
         assert not await other_worker.cancel_in_flight("call-1", "x", scope="ip:10.9.9.9")
         assert not await other_worker.cancel_in_flight("call-2", "x", scope="ip:10.1.1.1")
@@ -249,7 +256,7 @@ async def test_a_push_reaches_only_the_owners_tracked_at_or_before_its_mark(
 ) -> None:
     """A pushed message carries the sequence of its mark: a message that arrives late,
     after a later call of the id was tracked, does not flip that call."""
-    worker, other = make_registry(), make_registry()
+    worker, other = make_registry(storage={"track_delay": 0}), make_registry()
     storage = worker.storage
     assert isinstance(storage, RedisStorage)
     async with HeldRequest(worker, 9, "s") as first:
@@ -282,6 +289,8 @@ async def test_a_message_lost_while_disconnected_is_recovered_by_resync(
     storage = tool_worker.storage
     assert isinstance(storage, RedisStorage)
     async with tool_worker.request(11, "s") as token:
+        # (Tracked in Redis once it has run its track delay.)
+        await async_wait_until(lambda: other_worker.in_flight(11, "s"), within=5)
         await async_wait_until(lambda: storage.subscribed, within=5)
         await raw.client_kill_filter(_type="pubsub")
         await async_wait_until(lambda: not storage.subscribed, within=5)
@@ -300,6 +309,7 @@ async def test_heartbeat_keeps_a_live_workers_rows(
     janitor = make_registry()
     heartbeat = f"{{{prefix}}}:hb:{tool_worker.instance_id}"
     async with tool_worker.request(1, "s"):
+        await async_wait_until(lambda: raw.exists(heartbeat))  # (the first beat)
         refreshes = 0
         last = await raw.pttl(heartbeat)
 
@@ -323,7 +333,7 @@ async def test_heartbeat_keeps_a_live_workers_rows(
 async def test_rows_of_a_worker_whose_heartbeat_expired_are_removed(
     make_registry: MakeRegistry, raw: Redis, prefix: str
 ) -> None:
-    dying = make_registry(storage={"heartbeat_ttl": 0.3})
+    dying = make_registry(storage={"heartbeat_ttl": 0.3, "track_delay": 0})
     janitor = make_registry()
     hold = asyncio.Event()
 

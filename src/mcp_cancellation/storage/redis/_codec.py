@@ -6,16 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from ...scope import scope_kind
-from .._base import InFlightRequest, Limits, TableSummary
+from .._base import InFlightRequest, TableSummary
 
 __all__ = [
-    "add_arguments",
     "collect_evicted",
     "decode_in_flight",
     "decode_reason",
     "decode_summary",
     "encode_reason",
     "member",
+    "split_member",
     "split_netstrings",
     "text",
     "to_bytes",
@@ -48,6 +48,12 @@ def member(scope: str, key: str) -> bytes:
     scope's byte length comes first."""
     raw = to_bytes(scope)
     return str(len(raw)).encode() + b":" + raw + to_bytes(key)
+
+
+def split_member(m: bytes) -> tuple[str, str]:
+    """``(scope, key)`` of a row's :func:`member`."""
+    scope, key = _split_one(m)
+    return text(scope), text(key)
 
 
 def decode_in_flight(
@@ -114,25 +120,6 @@ def collect_evicted(evicted: list[tuple[str, int]], reply: list[Any]) -> None:
         evicted[-1] = (found[0][0], evicted[-1][1] + found[0][1])
         del found[0]
     evicted += found
-
-
-def _optional(n: int | None) -> str:
-    return "" if n is None else str(n)
-
-
-def add_arguments(
-    scope: str, key: str, reason: str | None, limits: Limits, require_in_flight: bool
-) -> list[bytes | str]:
-    """``ADD``'s arguments from the reason through the eviction batch (see lua/add.lua)."""
-    return [
-        to_bytes(scope),
-        to_bytes(key),
-        encode_reason(reason),
-        "1" if require_in_flight else "0",
-        _optional(limits.max_rows_per_scope),
-        _optional(limits.max_rows),
-        str(limits.eviction_batch),
-    ]
 
 
 def _pairs(flat: list[Any]) -> list[tuple[str, int]]:

@@ -91,6 +91,7 @@ STORAGE_OPTIONS = frozenset(
         "identity",
         "eviction_chunk",
         "max_wait",
+        "track_delay",
         "operator",
     }
 )

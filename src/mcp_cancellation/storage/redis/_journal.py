@@ -2,9 +2,11 @@
 
 The *tokens* of its owners (what a pushed cancellation flips), and the *queue* of their
 tracks and releases, sent by one background task in one ``SYNC`` per moment, retried with
-backoff until Redis takes them; a request waits for its write at most ``wait``. A *resync*
-sends the worker's whole state instead. docs/architecture.md, "The Redis table", has the
-protocol (the worker's state, and what each event does).
+backoff until Redis takes them; a request waits for its write at most ``wait``. A call is
+*young* until it has run for ``delay``: it is tracked only then (one timer for them all),
+or at once when a cancellation *seeks* it, so that a short call costs Redis nothing. A
+*resync* sends the worker's whole state instead. docs/architecture.md, "The Redis table",
+has the protocol (the worker's state, and what each event does).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +38,9 @@ logger = logging.getLogger("mcp_cancellation.redis")
 
 #: Operations one ``SYNC`` call carries at most (a few milliseconds of Redis time).
 BATCH = 256
+#: Pending rows this worker remembers (:meth:`Journal.sought`); past it, the oldest is
+#: forgotten, and a call of its request is tracked at its delay, not at its start.
+PENDING_KEPT = 65_536
 
 RunScript = Callable[..., Awaitable[Any]]
 
@@ -81,6 +87,8 @@ class Journal:
     layout: str = "0/1"
     #: Called after each resync (the task table has its running tasks claimed again).
     resynced: Callable[[], None] = lambda: None
+    #: A call is tracked in Redis once it has run this long (seconds; 0: at its start).
+    delay: float = 0.0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -100,6 +108,13 @@ class Journal:
         self._resync_waiters: list[asyncio.Future[int]] = []
         self._waiting: list[_Write] = []  # writes whose caller waits for them
         self._expiry: asyncio.TimerHandle | None = None
+        # The young calls, oldest first: row -> (loop time of its start, token); one timer
+        # (_due) tracks each once it is `delay` old.
+        self._young: OrderedDict[Row, tuple[float, RequestToken]] = OrderedDict()
+        self._due: asyncio.TimerHandle | None = None
+        # Requests with a pending row, as the seeks told (a hint: a call of one is
+        # tracked at its start, and claims the row; a stale entry costs one track).
+        self._pending: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._beat = False
         #: The table's epoch as this worker last synchronised with it ('' before).
         self.epoch = ""
@@ -151,20 +166,39 @@ class Journal:
         """Forget the rows of *dead* owners and queue their release; the rows."""
         with self._lock:
             rows = self._tokens.sweep(dead)
+            sent = []
             for row in rows:
                 self._sequences.pop(row, None)
                 if (row[0], row[1]) in self._undecided and self._all_known(row[0], row[1]):
                     del self._undecided[(row[0], row[1])]
-        for row in rows:
+                if self._young.pop(row, None) is None:
+                    sent.append(row)
+        for row in sent:
             self._put(_Write("R", row))
         return rows
 
     # -- writes --------------------------------------------------------------------------
 
     async def track(self, row: Row, token: RequestToken) -> None:
-        """Hold *token* here and queue its track; wait for it at most :attr:`wait`."""
+        """Hold *token* here; then, for a young call, start its timer (nothing goes to
+        Redis yet), else queue its track and wait for it at most :attr:`wait` (a call of
+        a request with a pending row is tracked at once: it claims the row and starts
+        cancelled)."""
+        request = (row[0], row[1])
         with self._lock:
             self._tokens.add(*row, token)
+            young = self.delay > 0
+            if young and request in self._pending:
+                del self._pending[request]
+                young = False
+            if young:
+                started = asyncio.get_running_loop().time()
+                self._young[row] = (started, token)
+        if young:
+            if self._due is None:
+                loop = asyncio.get_running_loop()
+                self._due = loop.call_at(started + self.delay, self._track_due)
+            return
         write = _Write("T", row, token)
         self._put(write)
         try:
@@ -175,19 +209,90 @@ class Journal:
 
     async def finish(self, row: Row, op: str) -> None:
         """:meth:`release`, waiting for Redis at most :attr:`wait` (it rides with the next
-        track, or goes at once; a cancelled wait leaves it queued)."""
-        await self._wait(self.release(row, op))
+        track, or goes at once; a cancelled wait leaves it queued). A young call's end
+        sends nothing and waits for nothing."""
+        write = self.release(row, op)
+        if write is not None:
+            await self._wait(write)
 
-    def release(self, row: Row, op: str) -> _Write:
-        """Forget *row* here and queue its release (``U``, ``R`` or ``F``)."""
+    def release(self, row: Row, op: str) -> _Write | None:
+        """Forget *row* here and queue its release (``U``, ``R`` or ``F``); nothing for a
+        young call, which Redis never saw (unless a pending row of its request may wait
+        there: the end of a call clears its cancellation)."""
+        request = (row[0], row[1])
         with self._lock:
             self._tokens.discard(*row)
             self._sequences.pop(row, None)
-            if (row[0], row[1]) in self._undecided and self._all_known(row[0], row[1]):
-                del self._undecided[(row[0], row[1])]
+            if request in self._undecided and self._all_known(*request):
+                del self._undecided[request]
+            young = self._young.pop(row, None) is not None
+        if young and request not in self._pending:
+            return None
         write = _Write(op, row)
         self._put(write)
         return write
+
+    # -- young calls ---------------------------------------------------------------------
+
+    def _track_due(self) -> None:
+        """The timer: queue the tracks of the calls that are now :attr:`delay` old (one
+        ``SYNC`` carries them), and run again for the next."""
+        self._due = None
+        loop = asyncio.get_running_loop()
+        # (A timer may fire up to the clock's resolution early.)
+        limit = loop.time() - self.delay + 0.001
+        due: list[_Write] = []
+        with self._lock:
+            young = self._young
+            while young:
+                row, (started, token) = next(iter(young.items()))
+                if started > limit:
+                    self._due = loop.call_at(started + self.delay, self._track_due)
+                    break
+                young.popitem(last=False)
+                due.append(_Write("T", row, token))
+        for write in due:
+            self._queue.append(write)
+        if due:
+            self._kick()
+
+    def promote(self, scope: str, key: str) -> list[_Write]:
+        """Queue the tracks of this worker's young calls of ``(scope, key)`` now (a
+        cancellation seeks them); the writes."""
+        with self._lock:
+            owners = self._tokens.owners(scope, key) if self._young else []
+            rows = [(scope, key, owner) for owner, _ in owners]
+            found = [(row, self._young.pop(row)) for row in rows if row in self._young]
+        writes = [_Write("T", row, token) for row, (_, token) in found]
+        for write in writes:
+            self._put(write)
+        return writes
+
+    async def promoted(self, scope: str, key: str) -> None:
+        """:meth:`promote`, and wait for the tracks at most :attr:`wait` (a cancellation
+        recorded here then binds to the calls it stops, never leaving a pending row that
+        a later call of the id would claim)."""
+        for write in self.promote(scope, key):
+            await self._wait(write)
+
+    def sought(self, scope: str, key: str, pending: bool) -> None:
+        """A cancellation seeks ``(scope, key)`` (a message on ``P seek``): track its young
+        calls now; with *pending*, remember that a pending row waits for its next call."""
+        if pending:
+            self.remember_pending([(scope, key)])
+        self.promote(scope, key)
+
+    def remember_pending(self, requests: Sequence[tuple[str, str]]) -> None:
+        """Keep *requests* as having a pending row (at most ``PENDING_KEPT``)."""
+        if self.delay <= 0:
+            return
+        with self._lock:
+            pending = self._pending
+            for request in requests:
+                pending[request] = None
+                pending.move_to_end(request)
+            while len(pending) > PENDING_KEPT:
+                pending.popitem(last=False)
 
     async def _wait(self, write: _Write) -> None:
         """Until Redis took *write*, or :attr:`wait` has passed (one timer serves every
@@ -271,6 +376,9 @@ class Journal:
     async def close(self, within: float) -> None:
         """Send what is queued (for at most *within* seconds), then stop the task."""
         await self.settle(within)
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -337,7 +445,8 @@ class Journal:
         self._resync_wanted = False
         self._beat = False
         with self._lock:
-            snapshot = list(self._tokens.rows())
+            young = self._young
+            snapshot = [row for row in self._tokens.rows() if row[:3] not in young]
         queued = list(self._queue)
         writes = [_Write("T", (s, k, o), token) for s, k, o, token in snapshot]
         writes += [w for w in queued if w.op != "T"]  # tracks: in the snapshot if still held

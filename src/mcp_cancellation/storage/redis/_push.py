@@ -146,9 +146,21 @@ class Push:
         for token in tokens:
             token._cancel(cause, method)
 
+    def seek(self, data: bytes | str) -> None:
+        """A cancellation seeks its request's young calls: ``s`` or ``p`` (a pending
+        row) and netstrings of the scope and key (lua/prelude.lua, ``seek``)."""
+        raw = to_bytes(data)
+        try:
+            scope, key = split_netstrings(raw[1:])
+        except (ValueError, IndexError):
+            logger.warning("ignoring a malformed seek message")
+            return
+        self.journal.sought(text(scope), text(key), raw[:1] == b"p")
+
     async def _listen(self) -> None:
         channel = self.prefix + b"c:" + to_bytes(self.worker)
         broadcast = self.prefix + b"resync"
+        seeks = self.prefix + b"seek"
         delay = self.backoff[0]
         timeout = self.home.timeout
         # A connection that silently died (a partition, no RST) never errors: ping it and
@@ -160,7 +172,7 @@ class Push:
             pubsub: PubSub | None = None
             try:
                 async with asyncio.timeout(timeout):
-                    pubsub = await subscription.open(channel, broadcast)
+                    pubsub = await subscription.open(channel, broadcast, seeks)
                 last_seen = next_ping = loop.time()
                 while True:
                     message = await pubsub.get_message(timeout=min(1.0, ping_every))
@@ -182,7 +194,10 @@ class Push:
                         self.journal.want_resync()  # messages may have been missed
                         self.resubscribed()
                     elif kind == subscription.message:
-                        if to_bytes(message["channel"]) == broadcast:
+                        source = to_bytes(message["channel"])
+                        if source == seeks:
+                            self.seek(message["data"])
+                        elif source == broadcast:
                             data = text(message["data"])
                             if data == RECOVERING:  # a worker's writes are refused
                                 self.home.health.recovering_elsewhere()

@@ -13,7 +13,7 @@ import functools
 import logging
 import uuid
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from ..._errors import ConfigurationError, StorageUnavailable
 from ..._extras import requires
@@ -22,7 +22,7 @@ from ..._token import OPERATOR
 from .._base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from .._health import Health
 from ._cluster import ShardSubscription, is_cluster
-from ._codec import decode_reason, member, text, to_bytes
+from ._codec import decode_reason, member, split_member, text, to_bytes
 from ._connect import cluster_concurrency, connect, table_identity
 from ._contracts import (
     AddCall,
@@ -62,6 +62,11 @@ DEFAULT_EVICTION_CHUNK = 250
 DEFAULT_CLEANUP_BATCH = 500
 #: The longest a request waits for Redis as it starts and as it ends (seconds).
 DEFAULT_MAX_WAIT = 0.25
+#: How long a call runs before it is tracked in Redis (seconds): a fifth of the
+#: registry's default ``track_wait`` (0.5 s), so that a cancellation from another worker
+#: that finds it young still finds its track within its wait with the owner's loop busy
+#: for up to 0.4 s; most calls end sooner, and cost Redis nothing.
+DEFAULT_TRACK_DELAY = 0.1
 #: How long a waiting cancellation outlives its wait when its waiter cannot withdraw it
 #: (the waiter died, or Redis stalled): a later request of its id is safe past that.
 WAIT_MARGIN = 1.0
@@ -77,7 +82,10 @@ class RedisStorage(Storage):
     storage closes a client it built (close your own). *timeout* caps every call,
     retries included; a request waits for Redis at most *max_wait* as it starts or ends
     (past it, its track reaches Redis when Redis answers, retried with
-    *reconnect_backoff*). *heartbeat_ttl* is how long a silent worker keeps its rows;
+    *reconnect_backoff*). A call is tracked in Redis only once it has run *track_delay*
+    seconds (0: at its start), or at once when a cancellation seeks it, so that a
+    shorter call costs Redis nothing (docs/architecture.md, "young calls").
+    *heartbeat_ttl* is how long a silent worker keeps its rows;
     *identity* names the table in metrics (default: see :attr:`identity`);
     *eviction_chunk* and *cleanup_batch* bound the rows one script evicts or expires, so
     that no script holds Redis for more than a few milliseconds: lower them when other
@@ -101,6 +109,7 @@ class RedisStorage(Storage):
         identity: str | None = None,
         eviction_chunk: int | None = DEFAULT_EVICTION_CHUNK,
         max_wait: float = DEFAULT_MAX_WAIT,
+        track_delay: float = DEFAULT_TRACK_DELAY,
         operator: bool = False,
     ) -> None:
         if not prefix or "{" in prefix or "}" in prefix:
@@ -109,6 +118,8 @@ class RedisStorage(Storage):
             raise ConfigurationError(
                 "timeout, heartbeat_ttl and cleanup_batch must be > 0, max_wait >= 0"
             )
+        if not 0 <= track_delay < 60:
+            raise ConfigurationError("track_delay must be >= 0 and < 60 seconds")
         if eviction_chunk is not None and eviction_chunk < 1:
             raise ConfigurationError("eviction_chunk must be >= 1 or None")
         self._eviction_chunk = eviction_chunk
@@ -157,6 +168,7 @@ class RedisStorage(Storage):
             wait=max_wait,
             backoff=reconnect_backoff,
             resynced=self._tasks.resynced,
+            delay=track_delay,
         )
         self._journal.worker = uuid.uuid4().hex[:12]
         self._push = Push(
@@ -167,9 +179,10 @@ class RedisStorage(Storage):
             heartbeat_ttl=heartbeat_ttl,
             backoff=reconnect_backoff,
             answered=self._tasks.pushed,
-            resubscribed=self._tasks.wakeups.wake_all,
+            resubscribed=self._resubscribed,
         )
         self._liveness: Liveness | None = None
+        self._reloading: asyncio.Task[None] | None = None
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
@@ -213,6 +226,11 @@ class RedisStorage(Storage):
         """Whether Redis took this storage's last write (reads alone do not end an
         outage: Redis may allow them and refuse writes)."""
         return self._health.available
+
+    @property
+    def track_delay(self) -> float:
+        """Seconds a call runs before it is tracked in Redis (see the class docstring)."""
+        return self._journal.delay
 
     @property
     def task_table(self) -> RedisTaskTable:
@@ -293,8 +311,14 @@ class RedisStorage(Storage):
         track_wait: float = 0.0,
     ) -> AddResult:
         # A request in flight here is in flight, whether or not its track has reached
-        # Redis yet: record its cancellation (the track then finds it pending and binds it).
-        here = require_in_flight and self._journal.holds(scope, key)
+        # Redis yet: its young calls are tracked first (so the row binds to them, and
+        # the end of each clears it), then its cancellation is recorded.
+        held = self._journal.holds(scope, key)
+        if held:
+            await self._home.at_home(
+                functools.partial(self._journal.promoted, scope, key), self.timeout * 2
+            )
+        here = require_in_flight and held
         call = AddCall(
             scope=scope,
             key=key,
@@ -347,6 +371,8 @@ class RedisStorage(Storage):
             return AddResult("recorded" if claimed else "not_in_flight", (), reply.over_quota)
         if outcome in ("recorded", "updated"):
             self._flip(scope, key, reason, operator)
+            if not require_in_flight:  # (the row may be pending: a call here claims it)
+                self._journal.remember_pending([(scope, key)])
         over = outcome == "recorded" and reply.over_quota
         return AddResult(outcome, tuple(evicted), over)  # type: ignore[arg-type]
 
@@ -405,8 +431,15 @@ class RedisStorage(Storage):
         Redis, waiting at most ``max_wait``: past it the track is sent when Redis answers."""
         if self.operator:
             raise ConfigurationError("an operator's RedisStorage tracks no request")
-        track = functools.partial(self._journal.track, (scope, key, owner), token)
+        track = functools.partial(self._track, (scope, key, owner), token)
         await self._home.at_home(track, self.timeout * 2)
+
+    async def _track(self, row: tuple[str, str, str], token: RequestToken) -> None:
+        """On the home loop: the listener runs from the first track on (a young call is
+        found by the seeks it hears), then the journal holds the call."""
+        if not self._push.started:
+            self._on_call()
+        await self._journal.track(row, token)
 
     async def untrack(self, scope: str, key: str, owner: str) -> None:
         untrack = functools.partial(self._journal.finish, (scope, key, owner), "U")
@@ -436,6 +469,8 @@ class RedisStorage(Storage):
         await self._home.call(functools.partial(check_layout, self._redis, self.prefix, 1), "stats")
 
     async def is_tracked(self, scope: str, key: str) -> bool:
+        if self._journal.holds(scope, key):  # (a young call is in flight, untracked)
+            return True
         await self._settle()
         flight = self._prefix + b"f:" + member(scope, key)
         return bool(await self._home.call(lambda: self._redis.exists(flight), "is_tracked"))
@@ -495,6 +530,31 @@ class RedisStorage(Storage):
 
     # -- push ----------------------------------------------------------------------------
 
+    def _resubscribed(self) -> None:
+        """On each (re)subscription, on the home loop: messages may have been missed, so
+        the task waiters wake, and the pending rows are read again."""
+        self._tasks.wakeups.wake_all()
+        if self._journal.delay > 0 and (self._reloading is None or self._reloading.done()):
+            self._reloading = asyncio.get_running_loop().create_task(self._reload_pending())
+
+    async def _reload_pending(self) -> None:
+        """Read which requests have a pending row (``HSCAN`` of ``P reasons``, a thousand
+        a page, each page bounded), so that a call of one is tracked at its start."""
+        reasons = self._prefix + b"reasons"
+        found: list[tuple[str, str]] = []
+        cursor = 0
+        try:
+            while True:
+                page = functools.partial(self._redis.hscan, reasons, cursor, count=1000)
+                cursor, rows = await self._home.call(page, "get")  # (a read)
+                pairs = cast(dict[bytes, bytes], rows)
+                found += [split_member(m) for m, v in pairs.items() if v[:1] == b"*"]
+                if not cursor:
+                    break
+        except StorageUnavailable:
+            return  # the next subscription reads them again
+        self._journal.remember_pending(found)
+
     @property
     def heartbeats(self) -> int:
         """Beats this worker's heartbeat thread made (for health checks and tests)."""
@@ -522,6 +582,9 @@ class RedisStorage(Storage):
             return
         await self._journal.close(self.timeout)
         self._home.closed = True
+        if self._reloading is not None:
+            self._reloading.cancel()
+            await asyncio.wait([self._reloading])
         if self._liveness is not None:
             await asyncio.to_thread(self._liveness.stop)
         await self._push.stop()

@@ -70,6 +70,7 @@ if ARGV[5] == '1' and not in_flight then
   local lapse = now_us() + 1000 * tonumber(ARGV[19])
   redis.call('ZADD', waiting_key(scope), string.format('%.0f', lapse), netstring(key) .. ARGV[18])
   redis.call('PEXPIRE', waiting_key(scope), ARGV[19])
+  seek('s', scope, key)
   return done('waiting')
 end
 local stored = in_flight and renc or ('*' .. renc)
@@ -96,7 +97,11 @@ else
   relevel(scope, count)
 end
 result[2], result[6] = table.concat(singles), table.concat(evicted)
-if not in_flight then return result end
+if not in_flight then
+  seek('p', scope, key)
+  return result
+end
+seek('s', scope, key)
 -- Bind it to the owners in flight: one mark at the table's last sequence (every owner
 -- tracked so far has one at or before it, every later one a greater one), and one
 -- message per other worker that has owners of it (their listeners flip the tokens of

@@ -242,6 +242,13 @@ local function check_epoch(known, grace_ms, layout)
   end
   return e, 0
 end
+-- A cancellation of (scope, key) *seeks* its calls that run untracked (younger than their
+-- worker's track delay): one message on P seek, to every worker, 's' + netstrings of the
+-- scope and key (track them now), or 'p' for a pending row (track them now, and track a
+-- call of the request at its start until one claims the row). Read by _push.Push.
+local function seek(kind, scope, key)
+  redis.call('PUBLISH', P .. 'seek', kind .. netstring(scope) .. netstring(key))
+end
 -- A request's owners in flight (docs/architecture.md, "The Redis table"): P f:<m> holds
 -- each owner's track, '<sequence>\t<started ms>\t<worker>\t<tool>' (what the operator
 -- view shows of it too); P fw:<m> holds its mark ('!' -> '<sequence>:<reason>': every
@@ -250,16 +257,23 @@ end
 -- writes one mark and one message per worker, however many owners it reaches. Both keys
 -- go with the request's last owner.
 local function workers_key(m) return P .. 'fw:' .. m end
--- The reason the mark of P fw:<m> `wk` gives an owner of `sequence`, or nil.
-local function marked(wk, sequence)
+-- The reason the mark of P fw:<m> `wk` ('<sequence>:<time µs>:<reason>') gives an owner
+-- of `sequence` that started at `started` (µs, the table's clock), or nil: an owner
+-- tracked at or before the mark's sequence, or (a call tracked late: see track) one
+-- that started before the mark was set.
+local function marked(wk, sequence, started)
   local mark = redis.call('HGET', wk, '!')
   if not mark then return nil end
   local colon = string.find(mark, ':', 1, true)
-  if tonumber(string.sub(mark, 1, colon - 1)) < sequence then return nil end
-  return string.sub(mark, colon + 1)
+  local second = string.find(mark, ':', colon + 1, true)
+  if tonumber(string.sub(mark, 1, colon - 1)) >= sequence
+    or started <= tonumber(string.sub(mark, colon + 1, second - 1)) then
+    return string.sub(mark, second + 1)
+  end
+  return nil
 end
 local function set_mark(wk, sequence, reason)
-  redis.call('HSET', wk, '!', string.format('%d', sequence) .. ':' .. reason)
+  redis.call('HSET', wk, '!', string.format('%d:%.0f:', sequence, now_us()) .. reason)
 end
 -- An owner's sequence, from its track.
 local function sequence_of(track)
@@ -305,8 +319,10 @@ local function claim_waiting(m)
 end
 -- Track (scope, key) for owner of worker w, started age µs before the track was sent,
 -- calling tool. A new owner gets the request's next sequence and claims a pending row and
--- the waiting cancellations; an owner tracked again (a resync) keeps its sequence and
--- learns whether the mark reaches it. Returns its sequence and the reason of the
+-- the waiting cancellations; an owner tracked again (a resync) keeps its sequence. Either
+-- learns whether the mark reaches it: a worker tracks a call only once it has run for its
+-- track delay, so a mark set after the call started (by its start, `age` before now)
+-- reaches it although its sequence is later. Returns its sequence and the reason of the
 -- cancellation that reaches it, or nil.
 local function track(scope, key, owner, w, age, tool)
   local m = member(scope, key)
@@ -314,11 +330,12 @@ local function track(scope, key, owner, w, age, tool)
   -- Sequences come from one counter of the table (P seq): they never repeat within its
   -- epoch, so a mark, however late it is applied, never matches a later owner's.
   local sequence = redis.call('INCR', SEQ)
-  local started = math.floor((now_us() - (age or 0)) / 1000)
+  local started_us = now_us() - (age or 0)
+  local started = math.floor(started_us / 1000)
   local value = string.format('%d\t%.0f\t', sequence, started) .. w .. '\t' .. (tool or '')
   if redis.call('HSETNX', fk, owner, value) == 0 then
     sequence = sequence_of(redis.call('HGET', fk, owner))  -- (tracked again: a resync)
-    return sequence, marked(wk, sequence)
+    return sequence, marked(wk, sequence, started_us)
   end
   redis.call('HINCRBY', wk, w, 1)
   redis.call('HINCRBY', FS, scope, 1)
@@ -332,7 +349,11 @@ local function track(scope, key, owner, w, age, tool)
   end
   local waited = claim_waiting(m)  -- (claimed even when a pending row was: its
   v = v or waited                   -- caller then learns its cancellation stopped one)
-  if v then set_mark(wk, sequence, v) end
+  if v then
+    set_mark(wk, sequence, v)
+  else
+    v = marked(wk, sequence, started_us)  -- a mark set while this call ran untracked
+  end
   return sequence, v
 end
 -- Remove the in-flight row of owner (of worker w) given its member; returns 1 if it
