@@ -21,7 +21,7 @@ class Health:
     and every failure is sent as ``storage.error`` with the storage as sender.
     """
 
-    __slots__ = ("_name", "available", "failed_at", "refused", "sender")
+    __slots__ = ("_name", "available", "failed_at", "refused", "sender", "stalled")
 
     def __init__(self, sender: object, name: str) -> None:
         #: The storage that ``storage.error`` names (a partitioned storage, for its parts).
@@ -34,6 +34,10 @@ class Health:
         #: permission, out of memory) rather than no answer: then a read that succeeds
         #: does not show that the storage is back.
         self.refused = False
+        #: Whether the last failure was a call that timed out (Redis stalled, or this
+        #: process's own loop was too busy to read the answer): the writes it held stay
+        #: queued and go first when Redis answers, so only their scopes are in doubt.
+        self.stalled = False
 
     def failed_within(self, seconds: float) -> bool:
         """Whether a call failed in the last *seconds*."""
@@ -48,6 +52,7 @@ class Health:
         """Another worker reported that Redis refuses its writes (counts as a failure for
         :meth:`failed_within`, without a log line or signal)."""
         self.failed_at = time.monotonic()
+        self.stalled = False
 
     def failed(self, operation: str, error: BaseException) -> None:
         self.failed_at = time.monotonic()

@@ -18,7 +18,7 @@ from mcp_cancellation import CancellationRegistry, RequestToken, StorageUnavaila
 from mcp_cancellation.storage._base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
-from ...support import MakeRegistry, RedisServer, async_wait_until
+from ...support import HeldRequest, MakeRegistry, RedisServer, async_wait_until
 from ._helpers import settled
 
 pytestmark = pytest.mark.redis
@@ -504,3 +504,27 @@ async def _redis_ms(client: Redis) -> int:
 
 async def _later_than(client: Redis, ms: int) -> bool:
     return await _redis_ms(client) > ms
+
+
+async def test_a_worker_whose_calls_timed_out_puts_only_its_own_scopes_in_recovery(
+    make_registry: MakeRegistry, raw: Redis
+) -> None:
+    """One caller's flood slows its worker until the worker's writes time out (here: Redis
+    paused past the worker's timeout, with the flood's tracks queued). The tracks go first
+    when Redis answers, so only their scopes are in doubt meanwhile: a cancellation of an
+    unknown id there is refused (503), anywhere else it is answered as usual."""
+    flooded = make_registry(storage={"timeout": 0.5, "track_delay": 0})
+    other = make_registry()
+    storage = flooded.storage
+    assert isinstance(storage, RedisStorage)
+    await flooded.stats()
+    await other.stats()
+    await settled(storage)
+    await raw.execute_command("CLIENT", "PAUSE", "1200", "WRITE")
+    async with HeldRequest(flooded, "flood", "ip:10.0.0.1"):
+        await async_wait_until(lambda: not storage.available, within=5)  # a timeout
+        await async_wait_until(lambda: other.in_flight("flood", "ip:10.0.0.1"), within=10)
+        # Redis answers again, and the worker's queued track has landed.
+        assert not await other.cancel_in_flight("unknown", "x", scope="ip:10.0.0.2")
+        with pytest.raises(StorageUnavailable, match="resynchronising"):
+            await other.cancel_in_flight("unknown", "x", scope="ip:10.0.0.1")

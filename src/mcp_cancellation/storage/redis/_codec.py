@@ -15,6 +15,7 @@ __all__ = [
     "decode_summary",
     "encode_reason",
     "member",
+    "netstring",
     "split_member",
     "split_netstrings",
     "text",
@@ -48,6 +49,12 @@ def member(scope: str, key: str) -> bytes:
     scope's byte length comes first."""
     raw = to_bytes(scope)
     return str(len(raw)).encode() + b":" + raw + to_bytes(key)
+
+
+def netstring(value: str) -> bytes:
+    """``<length>:<value>``, the length in bytes (as lua/base.lua's ``netstring``)."""
+    raw = to_bytes(value)
+    return str(len(raw)).encode() + b":" + raw
 
 
 def split_member(m: bytes) -> tuple[str, str]:

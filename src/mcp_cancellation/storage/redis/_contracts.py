@@ -52,7 +52,8 @@ class AddCall:
     partial: bytes = b""
     epoch: str
     grace_ms: str
-    recovering: bool
+    #: What the call marks as recovering: see :meth:`._journal.Journal.recovering`.
+    recovering: bytes
     operator: bool
     waiter: str
     wait_ms: int
@@ -74,7 +75,7 @@ class AddCall:
             "1" if self.limits.shadow_quota else "0",
             self.epoch,
             self.grace_ms,
-            "1" if self.recovering else "0",
+            self.recovering,
             "@operator" if self.operator else "@",
             self.waiter,
             str(max(1, self.wait_ms)),
@@ -155,7 +156,8 @@ class SyncCall:
     epoch: str
     grace_ms: str
     full: bool
-    recovering: bool
+    #: What the call marks as recovering: see :meth:`._journal.Journal.recovering`.
+    recovering: bytes
     layout: str
     ops: Sequence[SyncOp]
 
@@ -167,7 +169,7 @@ class SyncCall:
             self.epoch,
             self.grace_ms,
             "1" if self.full else "0",
-            "1" if self.recovering else "0",
+            self.recovering,
             self.layout,
         ]
         for op in self.ops:

@@ -126,6 +126,7 @@ class HomeLoop:
                 raise asyncio.CancelledError from exc
             error = StorageUnavailable(f"Redis unavailable: {describe(exc)}")
             self.health.refused = isinstance(exc, redis_errors.ResponseError)
+            self.health.stalled = isinstance(exc, TimeoutError | redis_errors.TimeoutError)
             self.health.failed(operation, error)
             raise error from exc
         if operation not in READS or not self.health.refused:
@@ -162,6 +163,7 @@ class HomeLoop:
         except TimeoutError as exc:
             future.cancel()
             error = StorageUnavailable("the Redis storage's event loop did not answer")
+            self.health.stalled = True
             self.health.failed(operation, error)
             raise error from exc
 

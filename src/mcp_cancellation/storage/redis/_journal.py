@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..._errors import StorageUnavailable
 from ..._extras import requires
 from .._in_flight import InFlightTokens, Row
+from ._codec import netstring
 from ._contracts import SyncCall, SyncOp, SyncReply
 from ._home import HomeLoop
 
@@ -41,6 +42,8 @@ BATCH = 256
 #: Pending rows this worker remembers (:meth:`Journal.sought`); past it, the oldest is
 #: forgotten, and a call of its request is tracked at its delay, not at its start.
 PENDING_KEPT = 65_536
+#: Scopes one call marks as recovering at most; past it, the whole table.
+RECOVERING_SCOPES = 64
 
 RunScript = Callable[..., Awaitable[Any]]
 
@@ -125,9 +128,22 @@ class Journal:
     def grace_ms(self) -> str:
         return str(int(1000 * self.grace))
 
-    def recovering(self) -> bool:
-        """Whether a call of this worker failed within the grace period."""
-        return self.home.health.failed_within(self.grace)
+    def recovering(self) -> bytes:
+        """What this worker's calls mark as recovering (``P recovering``): nothing
+        (``b""``) unless a call of it failed within the grace period; then the whole
+        table (``b"*"``), or, when the call only timed out (a stall: its writes are still
+        queued, and go first when Redis answers), the scopes of its queued tracks alone
+        (netstrings), so that one caller's flood that slows this worker never makes
+        another caller's cancellations wait."""
+        health = self.home.health
+        if not health.failed_within(self.grace):
+            return b""
+        if not health.stalled or self._resync_wanted:
+            return b"*"
+        scopes = {write.row[0] for write in self._queue if write.op == "T"}
+        if len(scopes) > RECOVERING_SCOPES:
+            return b"*"
+        return b"".join(netstring(scope) for scope in sorted(scopes))
 
     # -- the token table ---------------------------------------------------------------
 

@@ -16,7 +16,8 @@
 --  13 shadow       '1': record past the quota and say so; else refuse
 --  14 epoch        the table's epoch as this worker knows it ('' for none)
 --  15 grace_ms     how long a lost table refuses "not in flight"
---  16 recovering   '1': this worker saw Redis fail within the grace period
+--  16 recovering   what this worker marks recovering: '' nothing, '*' the table, else
+--                  netstrings of scopes (see mark_recovering)
 --  17 origin       '@operator' for an operator's cancellation, else '@' (pushed along)
 --  18 waiter       a name for this call, unique (the waiting cancellation's field)
 --  19 wait_ms      how long the waiting cancellation may live if its waiter dies
@@ -50,14 +51,14 @@ end
 -- is told to resynchronise by the last reply element.)
 local _, lost = check_epoch(ARGV[14], ARGV[15])
 result[7] = lost
-if ARGV[16] == '1' then redis.call('SET', RECOVERING, '1', 'PX', ARGV[15]) end
+mark_recovering(ARGV[16], ARGV[15])
 if owed > 0 then
   owed, budget, partial = evict(owed, budget, partial, evicted, singles)
   if owed > 0 then return done('evicting') end
 end
 local in_flight = redis.call('EXISTS', fk) == 1
 if ARGV[5] == '1' and not in_flight then
-  if redis.call('EXISTS', RECOVERING) == 1 then return done('recovering') end
+  if recovering(scope) then return done('recovering') end
   -- Its track may still be on its way: wait for it (the quota counts what waits).
   local waiting = waiting_of(scope)
   if quota and count_of(scope) + waiting >= quota then

@@ -218,6 +218,26 @@ local function next_age()
   redis.call('SET', P .. 'clock', string.format('%.0f', now))
   return string.format('%.0f', now)
 end
+-- Mark the table recovering for grace_ms, as a worker's call says (`arg`): '' nothing,
+-- '*' the whole table (P recovering), else netstrings of the scopes of the worker's
+-- tracks still on their way (P recovering:<scope> each: its call only timed out).
+local function mark_recovering(arg, grace_ms)
+  if arg == '' then return end
+  if arg == '*' then
+    redis.call('SET', RECOVERING, '1', 'PX', grace_ms)
+    return
+  end
+  local rest = arg
+  while rest ~= '' do
+    local scope
+    scope, rest = split(rest)
+    redis.call('SET', RECOVERING .. ':' .. scope, '1', 'PX', grace_ms)
+  end
+end
+-- Whether "not in flight" cannot be told for `scope`: the table, or the scope, recovers.
+local function recovering(scope)
+  return redis.call('EXISTS', RECOVERING, RECOVERING .. ':' .. scope) > 0
+end
 -- The table's epoch: a value written once, when the table is first used, and gone with a
 -- flush, a restart without persistence or a failover to an empty replica. `known` is the
 -- epoch the caller last synchronised with ('' if none). Returns the epoch and 1 when the

@@ -8,7 +8,8 @@
 --   4 epoch       the table's epoch as the worker knows it ('' for none)
 --   5 grace_ms    how long a lost table refuses "not in flight"
 --   6 full        '1': a resync (every request the worker has in flight); '0': a batch
---   7 recovering  '1': the worker's earlier calls failed (P recovering marks the grace)
+--   7 recovering  what the worker marks recovering: '' nothing, '*' the table, else
+--                 netstrings of scopes (see mark_recovering)
 --   8 layout      '<partition>/<partitions>', written with a new epoch
 --   9...          operations, (op, scope, key, owner) each, in order:
 --                 'T<age µs>[:<tool>]' track (a request started <age> before the call,
@@ -29,7 +30,7 @@ local full = ARGV[6] == '1'
 -- A worker joins P workers with its heartbeat: while the heartbeat lives, the cleanup
 -- leaves it there (and a resync, after any doubt, joins again).
 if not beat or full or lost == 1 then redis.call('SADD', WORKERS, w) end
-if ARGV[7] == '1' then redis.call('SET', RECOVERING, '1', 'PX', ARGV[5]) end
+mark_recovering(ARGV[7], ARGV[5])
 local out = {epoch, lost, beat and 0 or 1}
 local keep = {}
 for i = 9, #ARGV, 4 do
