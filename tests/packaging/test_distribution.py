@@ -41,7 +41,7 @@ def test_the_wheel_carries_every_lua_script(dist: Path) -> None:
     source = project_root() / "src" / "mcp_cancellation" / "storage" / "redis" / "lua"
     expected = {path.name: path.read_text(encoding="utf-8") for path in source.glob("*.lua")}
     assert shipped == expected
-    assert {"prelude.lua", "add.lua", "cleanup.lua"} <= set(shipped)
+    assert {"rows.lua", "owners.lua", "add.lua", "cleanup.lua"} <= set(shipped)
 
 
 def test_the_sdist_carries_the_license_and_the_dev_script(dist: Path) -> None:

@@ -520,7 +520,7 @@ async def test_a_worker_whose_calls_timed_out_puts_only_its_own_scopes_in_recove
     await flooded.stats()
     await other.stats()
     await settled(storage)
-    await raw.execute_command("CLIENT", "PAUSE", "1200", "WRITE")
+    await raw.client_pause(1200, all=False)  # (writes only)
     async with HeldRequest(flooded, "flood", "ip:10.0.0.1"):
         await async_wait_until(lambda: not storage.available, within=5)  # a timeout
         await async_wait_until(lambda: other.in_flight("flood", "ip:10.0.0.1"), within=10)

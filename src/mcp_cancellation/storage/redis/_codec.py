@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...scope import scope_kind
-from .._base import InFlightRequest, TableSummary
+from .._base import InFlightRequest
 
 __all__ = [
     "collect_evicted",
     "decode_in_flight",
     "decode_reason",
-    "decode_summary",
     "encode_reason",
     "member",
     "netstring",
@@ -68,15 +66,16 @@ def decode_in_flight(
 ) -> InFlightRequest:
     """An in-flight row as the operator view reads it: its entry ``<#m>:<m><owner>``, its
     owner's track ``<sequence>\t<started ms>\t<worker>\t<tool>`` and the request's mark
-    ``<sequence>:<reason>``, if any (it reaches the owners of a sequence at or before its
-    own), read from *worker*'s owners."""
+    ``<sequence>:<time µs>:<reason>``, if any (it reaches the owners of a sequence at or
+    before its own, and those that started before its time), read from *worker*'s
+    owners."""
     m, _owner = _split_one(to_bytes(entry))
     scope, key = _split_one(m)
     sequence, started, _, tool = to_bytes(track).split(b"\t", 3)
     reason: bytes | None = None
     if mark is not None:
-        reached, _, value = to_bytes(mark).partition(b":")
-        if int(sequence) <= int(reached):
+        reached, at, value = to_bytes(mark).split(b":", 2)
+        if int(sequence) <= int(reached) or int(started) * 1000 <= int(at):
             reason = value
     return InFlightRequest(
         scope=text(scope),
@@ -127,25 +126,3 @@ def collect_evicted(evicted: list[tuple[str, int]], reply: list[Any]) -> None:
         evicted[-1] = (found[0][0], evicted[-1][1] + found[0][1])
         del found[0]
     evicted += found
-
-
-def _pairs(flat: list[Any]) -> list[tuple[str, int]]:
-    """A flat ``[name, count, name, count, ...]`` reply as ``(name, count)`` pairs."""
-    return [(text(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
-
-
-def decode_summary(reply: list[Any]) -> TableSummary:
-    """``SUMMARY``'s reply: rows by kind (``P kinds``, without its ``_v`` marker), the
-    in-flight rows by scope (summed by kind here), the largest scopes, the near-quota
-    count."""
-    kinds, flights, largest, near = reply
-    in_flight: dict[str, int] = {}
-    for scope, n in _pairs(flights):
-        kind = scope_kind(scope)
-        in_flight[kind] = in_flight.get(kind, 0) + n
-    return TableSummary(
-        rows={kind: n for kind, n in _pairs(kinds) if kind != "_v" and n},
-        in_flight={kind: n for kind, n in in_flight.items() if n > 0},
-        largest=tuple(_pairs(largest)),
-        at_least=int(near),
-    )

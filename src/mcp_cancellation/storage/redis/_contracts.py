@@ -9,11 +9,14 @@ Redis table".
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._base import Limits
-from ._codec import collect_evicted, decode_reason, decode_summary, encode_reason, text, to_bytes
+from ...scope import scope_kind
+from .._base import Limits, TableSummary
+from .._task_table import Claim as TaskClaim
+from .._task_table import Created
+from ._codec import collect_evicted, decode_reason, encode_reason, split_member, text, to_bytes
 
 __all__ = [
     "AddCall",
@@ -26,8 +29,14 @@ __all__ = [
     "SyncReply",
     "Tracked",
     "WithdrawCall",
-    "decode_summary",
-    "summary_argv",
+    "RemoveCall",
+    "SummaryCall",
+    "TaskAnswerCall",
+    "TaskClaimCall",
+    "TaskCreateCall",
+    "TaskGetCall",
+    "TaskReapCall",
+    "TaskSetCall",
 ]
 
 Argv = list[bytes | str]
@@ -252,6 +261,183 @@ class CleanupReply:
         return cls(int(reply[0]), int(reply[1]), bool(int(reply[2])))
 
 
-def summary_argv(prefix: bytes, top_k: int, at_least: int | None) -> Argv:
-    """``SUMMARY``'s arguments (lua/summary.lua); :func:`decode_summary` its reply."""
-    return [prefix, str(max(0, top_k)), _optional(at_least)]
+@dataclasses.dataclass(frozen=True, slots=True)
+class RemoveCall:
+    """``REMOVE``'s arguments (lua/remove.lua); :meth:`removed` its reply."""
+
+    scope: str
+    key: str
+
+    def argv(self, prefix: bytes) -> Argv:
+        return [prefix, to_bytes(self.scope), to_bytes(self.key)]
+
+    @staticmethod
+    def removed(reply: Any) -> bool:
+        return bool(reply)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SummaryCall:
+    """``SUMMARY``'s arguments (lua/summary.lua); :meth:`decode` its reply."""
+
+    top_k: int
+    at_least: int | None
+
+    def argv(self, prefix: bytes) -> Argv:
+        return [prefix, str(max(0, self.top_k)), _optional(self.at_least)]
+
+    @staticmethod
+    def decode(reply: list[Any]) -> TableSummary:
+        """Rows by kind (``P kinds``, without its ``_v`` marker), the owners in flight by
+        scope (summed by kind here), the largest scopes, the near-quota count."""
+        kinds, flights, largest, near = reply
+        in_flight: dict[str, int] = {}
+        for scope, n in _pairs(flights):
+            kind = scope_kind(scope)
+            in_flight[kind] = in_flight.get(kind, 0) + n
+        return TableSummary(
+            rows={kind: n for kind, n in _pairs(kinds) if kind != "_v" and n},
+            in_flight={kind: n for kind, n in in_flight.items() if n > 0},
+            largest=tuple(_pairs(largest)),
+            at_least=int(near),
+        )
+
+
+def _pairs(flat: list[Any]) -> list[tuple[str, int]]:
+    """A flat ``[name, count, name, count, ...]`` reply as ``(name, count)`` pairs."""
+    return [(text(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+
+def _flat(fields: Mapping[str, str]) -> list[bytes | str]:
+    return [item for pair in fields.items() for item in pair]
+
+
+def _fields(reply: list[Any]) -> dict[str, str]:
+    return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply) - 1, 2)}
+
+
+_CREATED: dict[int, Created] = {1: "created", 0: "quota", 2: "full"}
+_CLAIMED: dict[int, TaskClaim] = {0: "running", 1: "restored", 2: "ended"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskCreateCall:
+    """``TASK_CREATE``'s arguments (lua/task_create.lua); :meth:`decode` its reply."""
+
+    scope: str
+    task_id: str
+    quota: int | None
+    max_tasks: int | None
+    worker: str
+    fields: Mapping[str, str]
+
+    def argv(self, prefix: bytes) -> Argv:
+        head: Argv = [prefix, self.scope, self.task_id, _optional(self.quota)]
+        return [*head, _optional(self.max_tasks), self.worker, *_flat(self.fields)]
+
+    @staticmethod
+    def decode(reply: Any) -> Created:
+        return _CREATED[int(reply)]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskGetCall:
+    """``TASK_GET``'s arguments (lua/task_get.lua); :meth:`decode` its reply."""
+
+    scope: str
+    task_id: str
+    heartbeat_ms: str
+    dead_worker_error: str
+    now_ms: str
+    message: str
+
+    def argv(self, prefix: bytes) -> Argv:
+        return [
+            prefix,
+            self.scope,
+            self.task_id,
+            self.heartbeat_ms,
+            self.dead_worker_error,
+            self.now_ms,
+            self.message,
+        ]
+
+    @staticmethod
+    def decode(reply: Any) -> tuple[bool, dict[str, str]] | None:
+        """``(ended here, fields)``, or ``None`` for no such task in the scope."""
+        if not reply:
+            return None
+        ended, fields = reply
+        return bool(ended), _fields(fields)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskSetCall:
+    """``TASK_SET``'s arguments (lua/task_set.lua), and ``TASK_ANSWER``'s
+    (:class:`TaskAnswerCall`); :meth:`decode` their reply: whether it was written."""
+
+    scope: str
+    task_id: str
+    fields: Mapping[str, str]
+
+    def argv(self, prefix: bytes) -> Argv:
+        return [prefix, self.scope, self.task_id, *_flat(self.fields)]
+
+    @staticmethod
+    def decode(reply: Any) -> bool:
+        return bool(reply)
+
+
+class TaskAnswerCall(TaskSetCall):
+    """``TASK_ANSWER``'s arguments (lua/task_answer.lua): the answers by input key."""
+
+    __slots__ = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskClaimCall:
+    """``TASK_CLAIM``'s arguments (lua/task_claim.lua); :meth:`decode` its reply."""
+
+    scope: str
+    task_id: str
+    worker: str
+    fields: Mapping[str, str]
+
+    def argv(self, prefix: bytes) -> Argv:
+        return [prefix, self.scope, self.task_id, self.worker, *_flat(self.fields)]
+
+    @staticmethod
+    def decode(reply: Any) -> TaskClaim:
+        return _CLAIMED[int(reply)]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskReapCall:
+    """``TASK_REAP``'s arguments (lua/task_reap.lua); :meth:`decode` its reply."""
+
+    heartbeat_ms: str
+    dead_worker_error: str
+    now_ms: str
+    batch: int
+    message: str
+
+    def argv(self, prefix: bytes) -> Argv:
+        return [
+            prefix,
+            self.heartbeat_ms,
+            self.dead_worker_error,
+            self.now_ms,
+            str(self.batch),
+            self.message,
+        ]
+
+    @staticmethod
+    def decode(reply: list[Any]) -> list[tuple[str, str, dict[str, str]]]:
+        """The tasks this call ended: ``(scope, task id, {tool, created})`` each."""
+        ended = []
+        for i in range(0, len(reply) - 2, 3):
+            scope, task_id = split_member(reply[i])
+            ended.append(
+                (scope, task_id, {"tool": text(reply[i + 1]), "created": text(reply[i + 2])})
+            )
+        return ended

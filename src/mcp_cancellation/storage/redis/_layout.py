@@ -14,6 +14,7 @@ from typing import Any
 
 from ..._errors import ConfigurationError
 from ..._extras import requires
+from ._table import Keys, table_prefix
 
 with requires("redis", "RedisStorage"):
     from redis.asyncio import Redis
@@ -48,16 +49,13 @@ def _tables(prefix: str, partitions: int) -> list[str]:
     return [prefix] if partitions == 1 else partition_prefixes(prefix, partitions)
 
 
-def _key(prefix: str, name: str) -> bytes:
-    return ("{" + prefix + "}:" + name).encode("utf-8")
-
-
 async def _read(client: Redis | RedisCluster, prefixes: list[str]) -> list[tuple[Any, Any]]:
     """``(epoch, layout)`` of each prefix's table (``None`` where absent)."""
     pipe = client.pipeline(transaction=False)
     for prefix in prefixes:
-        pipe.get(_key(prefix, "epoch"))
-        pipe.get(_key(prefix, "layout"))
+        keys = Keys(table_prefix(prefix))
+        pipe.get(keys.epoch)
+        pipe.get(keys.layout)
     replies = await pipe.execute()
     return list(zip(replies[0::2], replies[1::2], strict=True))
 

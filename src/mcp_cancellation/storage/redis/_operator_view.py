@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast
 from ..._extras import requires
 from .._base import InFlightRequest
 from ._codec import decode_in_flight, flight_of, text, to_bytes
+from ._table import Keys
 
 with requires("redis", "RedisStorage"):
     from redis.asyncio import Redis
@@ -30,24 +31,24 @@ Bounded = Callable[[Callable[[], Awaitable[T]], str], Awaitable[T]]
 
 
 async def read_in_flight(
-    client: Redis | RedisCluster, prefix: bytes, bounded: Bounded[Any]
+    client: Redis | RedisCluster, keys: Keys, bounded: Bounded[Any]
 ) -> list[InFlightRequest]:
-    """Every request in flight in the table at *prefix*; each step (the workers, a page
+    """Every request in flight in the table of *keys*; each step (the workers, a page
     of one worker's owners and their tracks) runs through *bounded* on its own."""
 
     async def heads() -> tuple[list[bytes], list[bool]]:
-        workers = sorted(to_bytes(w) for w in await client.smembers(prefix + b"workers"))
+        workers = sorted(to_bytes(w) for w in await client.smembers(keys.workers))
         if not workers:
             return [], []
         pipe = client.pipeline(transaction=False)
         for worker in workers:
-            pipe.exists(prefix + b"hb:" + worker)
+            pipe.exists(keys.heartbeat(worker))
         return workers, [bool(n) for n in await pipe.execute()]
 
     workers, alive = await bounded(heads, "stats")
     found: list[InFlightRequest] = []
     for worker, beating in zip(workers, alive, strict=True):
-        owners = prefix + b"w:" + worker
+        owners = keys.owners_of(worker)
         cursor: int = 0
         while True:
 
@@ -58,7 +59,7 @@ async def read_in_flight(
                 beating: bool = beating,
             ) -> tuple[int, list[InFlightRequest]]:
                 after, entries = await client.sscan(owners, at, count=PAGE)
-                return after, await _read_page(client, prefix, text(worker), beating, entries)
+                return after, await _read_page(client, keys, text(worker), beating, entries)
 
             cursor, requests = await bounded(page, "stats")
             found += requests
@@ -68,7 +69,7 @@ async def read_in_flight(
 
 
 async def _read_page(
-    client: Redis | RedisCluster, prefix: bytes, worker: str, alive: bool, entries: list[Any]
+    client: Redis | RedisCluster, keys: Keys, worker: str, alive: bool, entries: list[Any]
 ) -> list[InFlightRequest]:
     """The requests of one page of a worker's owners (``<#m>:<m><owner>`` each): their
     tracks and their requests' marks, in one pipeline. An owner that ended meanwhile is
@@ -78,8 +79,8 @@ async def _read_page(
     pipe = client.pipeline(transaction=False)
     for entry in entries:
         row, owner = flight_of(entry)
-        pipe.hget(prefix + b"f:" + row, owner)
-        pipe.hget(prefix + b"fw:" + row, b"!")
+        pipe.hget(keys.flight_of(row), owner)
+        pipe.hget(keys.marks_of(row), b"!")
     read = cast(list[bytes | None], await pipe.execute())
     return [
         decode_in_flight(entry, track, read[2 * i + 1], worker, alive)

@@ -215,7 +215,7 @@ class PartitionedRedisStorage(Storage):
     async def check_table(self) -> None:
         """As :meth:`RedisStorage.check_table`, for this prefix and partition count."""
         check = functools.partial(check_layout, self._client, self.prefix, len(self.partitions))
-        await self.partitions[0]._home.call(check, "stats")
+        await self.partitions[0].table.home.call(check, "stats")
 
     async def is_tracked(self, scope: str, key: str) -> bool:
         return await self.partition_of(scope).is_tracked(scope, key)
@@ -238,12 +238,14 @@ class PartitionedRedisStorage(Storage):
         return _merge(parts, top_k)
 
     def stats_from_thread(self, timeout: float) -> StorageStats | None:
-        return self.partitions[0]._home.from_thread(self.stats, timeout)
+        return self.partitions[0].table.home.from_thread(self.stats, timeout)
 
     def summary_from_thread(
         self, top_k: int, timeout: float, at_least: int | None = None
     ) -> TableSummary | None:
-        return self.partitions[0]._home.from_thread(lambda: self.summary(top_k, at_least), timeout)
+        return self.partitions[0].table.home.from_thread(
+            lambda: self.summary(top_k, at_least), timeout
+        )
 
     async def resync(self) -> int:
         """Resync every partition (:meth:`RedisStorage.resync`); the tokens flipped."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from ._codec import decode_reason, split_netstrings, text, to_bytes
 from ._home import UNAVAILABLE, HomeLoop, reraise_cancellation
 from ._journal import Journal
+from ._table import Keys
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -81,7 +82,7 @@ class Push:
 
     subscription: Subscription
     home: HomeLoop
-    prefix: bytes
+    keys: Keys
     journal: Journal
     heartbeat_ttl: float
     backoff: tuple[float, float]
@@ -148,7 +149,7 @@ class Push:
 
     def seek(self, data: bytes | str) -> None:
         """A cancellation seeks its request's young calls: ``s`` or ``p`` (a pending
-        row) and netstrings of the scope and key (lua/prelude.lua, ``seek``)."""
+        row) and netstrings of the scope and key (lua/owners.lua, ``seek``)."""
         raw = to_bytes(data)
         try:
             scope, key = split_netstrings(raw[1:])
@@ -158,9 +159,9 @@ class Push:
         self.journal.sought(text(scope), text(key), raw[:1] == b"p")
 
     async def _listen(self) -> None:
-        channel = self.prefix + b"c:" + to_bytes(self.worker)
-        broadcast = self.prefix + b"resync"
-        seeks = self.prefix + b"seek"
+        channel = self.keys.pushes(self.worker)
+        broadcast = self.keys.resyncs
+        seeks = self.keys.seeks
         delay = self.backoff[0]
         timeout = self.home.timeout
         # A connection that silently died (a partition, no RST) never errors: ping it and

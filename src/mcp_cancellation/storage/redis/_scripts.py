@@ -2,12 +2,13 @@
 ``lua/<name>.lua`` (private).
 
 Each script's file starts with its KEYS, ARGV and reply (encoded and decoded by
-:mod:`._contracts`, and :mod:`._tasks` for the task scripts); ``lua/base.lua``, prepended
-to each, holds the prefix, the member framing, the heartbeat key and the clock, and
-``lua/prelude.lua``, prepended to the row scripts, what they share: key names, the row
-codec, the row and scope-index operations, the track and its claims. The
-keys, and why the scripts may build their names from ``P`` alone, are described in
-docs/architecture.md, "The Redis table".
+:mod:`._contracts`); each carries only the libraries it uses, prepended in order:
+``lua/base.lua`` (every script: the prefix, the member framing, the sigils, the heartbeat
+key and the clock), ``lua/rows.lua`` (the row scripts: the rows, the scope index,
+eviction), ``lua/owners.lua`` (the scripts that track, release or cancel: recovery, the
+epoch, seeks, owners, marks, waiting cancellations) and ``lua/tasks.lua`` (the task
+scripts). The keys, and why the scripts may build their names from ``P`` alone, are
+described in docs/architecture.md, "The Redis table".
 """
 
 from __future__ import annotations
@@ -44,22 +45,28 @@ NAMES = (
 )
 
 
+#: The libraries each script is built from, before its own file (see the module docstring).
+LIBRARIES: dict[str, tuple[str, ...]] = {
+    "REMOVE": ("base", "rows"),
+    "SUMMARY": ("base", "rows"),
+    **dict.fromkeys(("ADD", "WITHDRAW", "SYNC", "CLEANUP"), ("base", "rows", "owners")),
+    **{name: ("base", "tasks") for name in NAMES if name.startswith("TASK_")},
+}
+
+
 @functools.cache
 def _read(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
 def source(name: str, *, sharded: bool = False) -> str:
-    """The text of script *name* (one of :data:`NAMES`): ``base.lua``, then for a row
-    script ``prelude.lua``, for a task script ``tasks.lua`` (a task script needs none of
-    the row prelude, and defining its functions is most of a small script's cost), then
-    its own; with *sharded* (a cluster), pushes use
-    ``SPUBLISH``, so a message stays within the table's shard (the channel shares the
-    keys' hash tag)."""
+    """The text of script *name* (one of :data:`NAMES`): its :data:`LIBRARIES`, then its
+    own file (defining functions a script does not use is most of a small script's
+    cost); with *sharded* (a cluster), pushes use ``SPUBLISH``, so a message stays within
+    the table's shard (the channel shares the keys' hash tag)."""
     if name not in NAMES:
         raise KeyError(name)
-    prelude = _read("tasks") if name.startswith("TASK_") else _read("prelude")
-    text = _read("base") + prelude + _read(name.lower())
+    text = "".join(_read(library) for library in (*LIBRARIES[name], name.lower()))
     return text.replace("redis.call('PUBLISH'", "redis.call('SPUBLISH'") if sharded else text
 
 

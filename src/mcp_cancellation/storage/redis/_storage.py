@@ -22,16 +22,16 @@ from ..._token import OPERATOR
 from .._base import AddResult, InFlightRequest, Limits, Storage, StorageStats, TableSummary
 from .._health import Health
 from ._cluster import ShardSubscription, is_cluster
-from ._codec import decode_reason, member, split_member, text, to_bytes
+from ._codec import decode_reason, member, split_member, text
 from ._connect import cluster_concurrency, connect, table_identity
 from ._contracts import (
     AddCall,
     AddReply,
     CleanupCall,
     CleanupReply,
+    RemoveCall,
+    SummaryCall,
     WithdrawCall,
-    decode_summary,
-    summary_argv,
 )
 from ._home import HomeLoop
 from ._journal import Journal
@@ -40,6 +40,7 @@ from ._liveness import Liveness, sync_twin
 from ._operator_view import read_in_flight
 from ._push import ChannelSubscription, Push, Subscription, announce_refusal
 from ._scripts import Scripts
+from ._table import Keys, Table, table_prefix
 from ._tasks import RedisTaskTable
 
 with requires("redis", "RedisStorage"):
@@ -127,8 +128,8 @@ class RedisStorage(Storage):
         self._redis = client
         self.prefix = prefix
         self._identity = identity if identity is not None else table_identity(client, prefix)
-        self._prefix = to_bytes("{" + prefix + "}:")
-        self._routing_key = self._prefix + b"scopes"
+        keys = Keys(table_prefix(prefix))
+        self._prefix = keys.prefix
         self.timeout = timeout
         self.heartbeat_ttl = heartbeat_ttl
         self._cleanup_batch = cleanup_batch
@@ -136,19 +137,20 @@ class RedisStorage(Storage):
         self._bound = False
         self._used = False  # once a call was made, the worker id is fixed
         self.cluster = is_cluster(client)
-        self._scripts = Scripts(client, self._routing_key, sharded=self.cluster)
+        scripts = Scripts(client, keys.scopes, sharded=self.cluster)
         self._health = Health(self, "Redis")
-        self._tasks = RedisTaskTable(self)
         subscription: Subscription
         concurrency: int | None = None  # a blocking pool queues a burst by itself
         prepare = None
         if isinstance(client, RedisCluster):
-            subscription = ShardSubscription(client, self._routing_key)
+            subscription = ShardSubscription(client, keys.scopes)
             concurrency = cluster_concurrency(client)  # its pool refuses a burst: queue it
             prepare = client.initialize  # its slot map first (see _cluster.py)
         else:
             subscription = ChannelSubscription(client)
         self._home = HomeLoop(timeout, self._on_call, self._health, concurrency, prepare)
+        self._table = Table(client, keys, self._home, scripts)
+        self._tasks = RedisTaskTable(self._table, heartbeat_ttl)
         # For this long after a worker saw Redis fail (or found the table lost), Redis
         # refuses cancellations of ids it does not see in flight (503, never a 202 that
         # does nothing): a worker may not have re-sent its tracks yet. Long enough for
@@ -156,14 +158,14 @@ class RedisStorage(Storage):
         self._grace = max(1.0, 2 * reconnect_backoff[1])
         self._journal = Journal(
             home=self._home,
-            run_script=self._scripts.run,
+            run_script=scripts.run,
             prefix=self._prefix,
             heartbeat_ms=str(max(1, int(heartbeat_ttl * 1000))),
             # Past a loss or an outage, cancellations of ids not in flight are refused
             # until every worker has had its retry (the backoff's longest wait) twice.
             grace=self._grace,
             announce_refusal=functools.partial(
-                announce_refusal, client, self._prefix + b"resync", self.cluster, timeout
+                announce_refusal, client, keys.resyncs, self.cluster, timeout
             ),
             wait=max_wait,
             backoff=reconnect_backoff,
@@ -174,7 +176,7 @@ class RedisStorage(Storage):
         self._push = Push(
             subscription=subscription,
             home=self._home,
-            prefix=self._prefix,
+            keys=keys,
             journal=self._journal,
             heartbeat_ttl=heartbeat_ttl,
             backoff=reconnect_backoff,
@@ -233,6 +235,12 @@ class RedisStorage(Storage):
         return self._journal.delay
 
     @property
+    def table(self) -> Table:
+        """This storage's table: its keys, home loop and scripts (for the partitioned
+        storage and the operator tools, which run their calls on the same loop)."""
+        return self._table
+
+    @property
     def task_table(self) -> RedisTaskTable:
         """The tasks in this table (see :mod:`mcp_cancellation.tasks`)."""
         return self._tasks
@@ -266,7 +274,7 @@ class RedisStorage(Storage):
 
     def key(self, *parts: str) -> bytes:
         """A full key name under this storage's prefix (for tests and operators)."""
-        return self._prefix + to_bytes("".join(parts))
+        return self._table.keys.key(*parts)
 
     def __repr__(self) -> str:
         return f"<RedisStorage prefix={self.prefix!r} worker={self.worker_id!r}>"
@@ -284,7 +292,7 @@ class RedisStorage(Storage):
         (with each ``SYNC``) goes on beside it."""
         self._liveness = Liveness(
             functools.partial(sync_twin, self._redis, min(self.timeout, 2.0)),
-            self._prefix + b"hb:" + to_bytes(self.worker_id),
+            self._table.keys.heartbeat(self.worker_id),
             max(1, int(self.heartbeat_ttl * 1000)),
             self.heartbeat_ttl / 4,
             functools.partial(self._home.soon, self._journal.want_resync),
@@ -292,10 +300,8 @@ class RedisStorage(Storage):
         self._liveness.start(f"mcp-cancellation-heartbeat-{self.worker_id}")
 
     async def _run(self, name: str, argv: Sequence[bytes | str], operation: str = "") -> Any:
-        """One script, on the home loop, bounded and translated; a failure is reported
-        as *operation* (default: the script's name)."""
-        call = functools.partial(self._scripts.run, name, argv)
-        return await self._home.call(call, operation or name.lower())
+        """One script (:meth:`Table.run`)."""
+        return await self._table.run(name, argv, operation)
 
     # -- cancellation rows -------------------------------------------------------------
 
@@ -409,13 +415,13 @@ class RedisStorage(Storage):
     async def get(self, scope: str, key: str) -> tuple[bool, str | None]:
         await self._settle()
         value = await self._home.call(
-            lambda: self._redis.hget(self._prefix + b"reasons", member(scope, key)), "get"
+            lambda: self._redis.hget(self._table.keys.reasons, member(scope, key)), "get"
         )
         return (False, None) if value is None else (True, decode_reason(value))
 
     async def remove(self, scope: str, key: str) -> bool:
-        argv = [self._prefix, to_bytes(scope), to_bytes(key)]  # (lua/remove.lua)
-        return bool(await self._run("REMOVE", argv))
+        call = RemoveCall(scope, key)
+        return RemoveCall.removed(await self._run("REMOVE", call.argv(self._prefix)))
 
     async def _settle(self) -> None:
         """Let this worker's queued writes reach Redis first (bounded): a read then sees
@@ -457,7 +463,7 @@ class RedisStorage(Storage):
         owners, a thousand a command: never one long command, however large the table),
         each marked with whether its worker's heartbeat is alive. Only reads."""
         await self._settle()
-        return await read_in_flight(self._redis, self._prefix, self._home.call)
+        return await read_in_flight(self._redis, self._table.keys, self._home.call)
 
     async def check_table(self) -> None:
         """Raise :class:`~mcp_cancellation._errors.TableNotFound` unless a worker has
@@ -472,7 +478,7 @@ class RedisStorage(Storage):
         if self._journal.holds(scope, key):  # (a young call is in flight, untracked)
             return True
         await self._settle()
-        flight = self._prefix + b"f:" + member(scope, key)
+        flight = self._table.keys.flight(scope, key)
         return bool(await self._home.call(lambda: self._redis.exists(flight), "is_tracked"))
 
     # -- maintenance -------------------------------------------------------------------
@@ -501,8 +507,8 @@ class RedisStorage(Storage):
 
         async def read() -> tuple[Any, Any]:
             pipe = self._redis.pipeline(transaction=False)
-            pipe.zrange(self._prefix + b"scopes", 0, -1, withscores=True)
-            pipe.hgetall(self._prefix + b"fs")
+            pipe.zrange(self._table.keys.scopes, 0, -1, withscores=True)
+            pipe.hgetall(self._table.keys.owners_by_scope)
             rows, flights = await pipe.execute()
             return rows, flights
 
@@ -515,8 +521,8 @@ class RedisStorage(Storage):
     async def summary(self, top_k: int, at_least: int | None = None) -> TableSummary:
         """Totals by scope kind, the *top_k* largest scopes and the number holding at least
         *at_least* rows: one script, O(k log n)."""
-        argv = summary_argv(self._prefix, top_k, at_least)
-        return decode_summary(await self._run("SUMMARY", argv, "stats"))
+        call = SummaryCall(top_k, at_least)
+        return SummaryCall.decode(await self._run("SUMMARY", call.argv(self._prefix), "stats"))
 
     def stats_from_thread(self, timeout: float) -> StorageStats | None:
         """:meth:`stats` on the home loop, from another thread, within *timeout*."""
@@ -540,7 +546,7 @@ class RedisStorage(Storage):
     async def _reload_pending(self) -> None:
         """Read which requests have a pending row (``HSCAN`` of ``P reasons``, a thousand
         a page, each page bounded), so that a call of one is tracked at its start."""
-        reasons = self._prefix + b"reasons"
+        reasons = self._table.keys.reasons
         found: list[tuple[str, str]] = []
         cursor = 0
         try:

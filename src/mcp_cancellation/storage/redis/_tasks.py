@@ -1,4 +1,5 @@
-"""The task table on Redis (private): the ``TASK_*`` scripts' encoders and decoders.
+"""The task table on Redis (private): each operation one ``TASK_*`` script, through its
+typed contract (:mod:`._contracts`), on the storage's :class:`~._table.Table`.
 
 Keys (docs/architecture.md, "Tasks"): ``P task:<m>`` (a HASH per task, ``m`` the
 request-row member of (scope, task id); no TTL while it runs, ``ttl`` from its end),
@@ -19,10 +20,18 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._task_table import LISTED, Claim, Created, TaskRecord, TaskTable
-from ._codec import split_netstrings, text
+from ._codec import split_member, split_netstrings, text
+from ._contracts import (
+    TaskAnswerCall,
+    TaskClaimCall,
+    TaskCreateCall,
+    TaskGetCall,
+    TaskReapCall,
+    TaskSetCall,
+)
 
 if TYPE_CHECKING:
-    from ._storage import RedisStorage
+    from ._table import Table
 
 __all__ = ["RedisTaskTable"]
 
@@ -31,94 +40,68 @@ LIST_PAGE = 500
 #: The most tasks one ``TASK_REAP`` ends (a few milliseconds of Redis time at most).
 REAP_BATCH = 200
 
-_CREATED: dict[int, Created] = {1: "created", 0: "quota", 2: "full"}
-_CLAIMED: dict[int, Claim] = {0: "running", 1: "restored", 2: "ended"}
-
-
-def _flat(fields: Mapping[str, str]) -> list[str]:
-    return [item for pair in fields.items() for item in pair]
-
 
 def _now_ms() -> str:
     return str(int(time.time() * 1000))
 
 
 class RedisTaskTable(TaskTable):
-    """The tasks of one :class:`RedisStorage`'s table."""
+    """The tasks of one Redis table; a worker counts as dead once its heartbeat
+    (``heartbeat_ttl``) is gone."""
 
     shared = True
 
-    def __init__(self, storage: RedisStorage) -> None:
+    def __init__(self, table: Table, heartbeat_ttl: float) -> None:
         super().__init__()
-        self._storage = storage
+        self._table = table
+        self._heartbeat_ms = str(int(heartbeat_ttl * 1000))
 
-    @property
-    def _grace_ms(self) -> str:
-        return str(int(self._storage.heartbeat_ttl * 1000))
+    async def _run(self, name: str, call: Any) -> Any:
+        return await self._table.run(name, call.argv(self._table.keys.prefix), "task")
 
     async def create(self, record: TaskRecord, quota: int | None, max_tasks: int | None) -> Created:
-        argv: list[bytes | str] = [
-            self._storage._prefix,
-            record.scope,
-            record.task_id,
-            "" if quota is None else str(quota),
-            "" if max_tasks is None else str(max_tasks),
-            record.worker,
-            *_flat(record.fields()),
-        ]
-        return _CREATED[int(await self._storage._run("TASK_CREATE", argv, "task"))]
+        fields = record.fields()
+        call = TaskCreateCall(record.scope, record.task_id, quota, max_tasks, record.worker, fields)
+        return TaskCreateCall.decode(await self._run("TASK_CREATE", call))
 
     async def get(self, scope: str, task_id: str, dead_worker_error: str) -> TaskRecord | None:
-        argv: list[bytes | str] = [
-            self._storage._prefix,
+        call = TaskGetCall(
             scope,
             task_id,
-            self._grace_ms,
+            self._heartbeat_ms,
             dead_worker_error,
             _now_ms(),
             _message_of(dead_worker_error),
-        ]
-        reply = await self._storage._run("TASK_GET", argv, "task")
-        if not reply:
+        )
+        found = TaskGetCall.decode(await self._run("TASK_GET", call))
+        if found is None:
             return None
-        ended, fields = reply
-        record = TaskRecord.from_fields(scope, task_id, _pairs(fields))
+        ended, fields = found
+        record = TaskRecord.from_fields(scope, task_id, fields)
         return dataclasses.replace(record, orphaned=True) if ended else record
 
     async def update(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
-        argv: list[bytes | str] = [self._storage._prefix, scope, task_id, *_flat(fields)]
-        return bool(await self._storage._run("TASK_SET", argv, "task"))
+        return TaskSetCall.decode(await self._run("TASK_SET", TaskSetCall(scope, task_id, fields)))
 
     async def answer(self, scope: str, task_id: str, answers: Mapping[str, str]) -> bool:
-        argv: list[bytes | str] = [self._storage._prefix, scope, task_id, *_flat(answers)]
-        return bool(await self._storage._run("TASK_ANSWER", argv, "task"))
+        call = TaskAnswerCall(scope, task_id, answers)
+        return TaskAnswerCall.decode(await self._run("TASK_ANSWER", call))
 
     async def claim(self, record: TaskRecord) -> Claim:
-        argv: list[bytes | str] = [
-            self._storage._prefix,
-            record.scope,
-            record.task_id,
-            record.worker,
-            *_flat(record.fields()),
-        ]
-        return _CLAIMED[int(await self._storage._run("TASK_CLAIM", argv, "task"))]
+        call = TaskClaimCall(record.scope, record.task_id, record.worker, record.fields())
+        return TaskClaimCall.decode(await self._run("TASK_CLAIM", call))
 
     async def reap(self, dead_worker_error: str) -> list[TaskRecord]:
-        argv: list[bytes | str] = [
-            self._storage._prefix,
-            self._grace_ms,
+        call = TaskReapCall(
+            self._heartbeat_ms,
             dead_worker_error,
             _now_ms(),
-            str(REAP_BATCH),
+            REAP_BATCH,
             _message_of(dead_worker_error),
-        ]
-        reply = await self._storage._run("TASK_REAP", argv, "task")
+        )
         ended: list[TaskRecord] = []
-        for i in range(0, len(reply) - 2, 3):
-            scope, task_id = _member(reply[i])
-            fields = {"tool": text(reply[i + 1]), "created": text(reply[i + 2])}
-            fields["status"] = "failed"
-            record = TaskRecord.from_fields(scope, task_id, fields)
+        for scope, task_id, fields in TaskReapCall.decode(await self._run("TASK_REAP", call)):
+            record = TaskRecord.from_fields(scope, task_id, {**fields, "status": "failed"})
             ended.append(dataclasses.replace(record, orphaned=True))
         return ended
 
@@ -131,8 +114,7 @@ class RedisTaskTable(TaskTable):
     async def tasks(self) -> list[TaskRecord]:
         """Every task not expired, read a page at a time (each its own bounded call),
         without results: never one long command, however large the table."""
-        client = self._storage.client
-        index = self._storage.key("tasks")
+        client, keys = self._table.client, self._table.keys
         found: list[TaskRecord] = []
         offset = 0
         while True:
@@ -140,20 +122,20 @@ class RedisTaskTable(TaskTable):
             async def read(start: int = offset) -> list[tuple[bytes, list[Any]]]:
                 now_ms = int(time.time() * 1000)
                 reply = await client.zrangebyscore(
-                    index, now_ms, "+inf", start=start, num=LIST_PAGE
+                    keys.tasks, now_ms, "+inf", start=start, num=LIST_PAGE
                 )
                 members = [m for m in reply if isinstance(m, bytes)]
                 if not members:
                     return []
                 pipe = client.pipeline(transaction=False)
                 for m in members:
-                    pipe.hmget(self._storage.key("task:") + m, list(LISTED))
+                    pipe.hmget(keys.task(m), list(LISTED))
                 return list(zip(members, await pipe.execute(), strict=True))
 
-            page = await self._storage._home.call(read, "task")
+            page = await self._table.home.call(read, "task")
             for m, values in page:
                 if values and values[1] is not None:  # (a task that expired meanwhile)
-                    scope, task_id = _member(m)
+                    scope, task_id = split_member(m)
                     fields = {n: text(v) for n, v in zip(LISTED, values, strict=True) if v}
                     found.append(TaskRecord.from_fields(scope, task_id, fields))
             if len(page) < LIST_PAGE:
@@ -168,14 +150,3 @@ def _message_of(error: str) -> str:
     except (ValueError, AttributeError):
         message = None
     return message if isinstance(message, str) else ""
-
-
-def _pairs(reply: list[Any]) -> dict[str, str]:
-    return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply) - 1, 2)}
-
-
-def _member(m: bytes) -> tuple[str, str]:
-    """(scope, task id) of a row member ``<len>:<scope><id>``."""
-    length, _, rest = m.partition(b":")
-    size = int(length)
-    return text(rest[:size]), text(rest[size:])

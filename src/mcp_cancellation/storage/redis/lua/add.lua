@@ -116,7 +116,7 @@ local fields = redis.call('HGETALL', wk)
 for i = 1, #fields, 2 do
   local w = fields[i]
   local c = string.byte(w, 1)
-  if c ~= 33 and w ~= ARGV[9] then  -- a worker, not the mark '!'
+  if c ~= BANG and w ~= ARGV[9] then  -- a worker, not the mark
     redis.call('PUBLISH', P .. 'c:' .. w, message)
   end
 end

@@ -1,5 +1,12 @@
--- ARGV: prefix, this worker, TTL in microseconds ("" for none), batch limit.
--- Returns {removed, in_flight_removed, more} (more = 1 if the TTL sweep hit the limit).
+-- CLEANUP: the janitor's sweep. docs/architecture.md, "The Redis table".
+-- KEYS[1]: P scopes (routing only).
+-- ARGV (built by _contracts.CleanupCall.argv):
+--   1 prefix   P
+--   2 worker   the sweeping worker's id (never swept by itself)
+--   3 ttl_us   rows older than this many microseconds expire ('' for none)
+--   4 batch    the most expired rows one call removes
+-- Reply (decoded by _contracts.CleanupReply): {rows removed, owners removed (of workers
+-- whose heartbeat lapsed), 1 if the TTL sweep hit the batch limit (call again) else 0}.
 local removed, in_flight_removed, more = 0, 0, 0
 -- In-flight rows of other workers whose heartbeat expired (killed, or cut off too long),
 -- and the cancellation rows bound to them alone.

@@ -1,6 +1,13 @@
--- ARGV: prefix, k. Returns {P kinds as field/value pairs, P fs likewise, the k largest
--- scopes and their counts in eviction order (largest first, equal sizes oldest row first)}:
--- O(k log n), walking at most k levels down from the largest size.
+-- SUMMARY: what a scrape reads of the table, O(k log n) (walking at most k levels down
+-- from the largest size).
+-- KEYS[1]: P scopes (routing only).
+-- ARGV (built by _contracts.SummaryCall.argv):
+--   1 prefix     P
+--   2 k          how many of the largest scopes
+--   3 at_least   count the scopes holding at least this many rows ('' for none)
+-- Reply (decoded by _contracts.SummaryCall.decode): {P kinds as field/value pairs, P fs
+-- likewise, the k largest scopes and their counts in eviction order (largest first,
+-- equal sizes oldest row first), the number of scopes holding at least at_least rows}.
 local k = tonumber(ARGV[2])
 ensure_kinds()
 local largest = {}

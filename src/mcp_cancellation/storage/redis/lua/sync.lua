@@ -36,7 +36,7 @@ local keep = {}
 for i = 9, #ARGV, 4 do
   local op, scope, key, owner = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local c = string.byte(op, 1)
-  if c == 84 then  -- 'T'
+  if c == OP_TRACK then
     local colon = string.find(op, ':', 2, true)
     local age = tonumber(string.sub(op, 2, colon and colon - 1 or -1))
     local tool = colon and string.sub(op, colon + 1) or ''
@@ -44,9 +44,9 @@ for i = 9, #ARGV, 4 do
     if full then keep[netstring(member(scope, key)) .. owner] = true end
     out[#out + 1] = sequence
     out[#out + 1] = v or false
-  elseif c == 85 then  -- 'U'
+  elseif c == OP_UNTRACK then
     untrack(scope, key, owner, w)
-  elseif c == 82 then  -- 'R'
+  elseif c == OP_RELEASE then
     untrack(scope, key, owner, w)
     release_row(scope, key)
   else

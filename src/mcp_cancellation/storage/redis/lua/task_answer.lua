@@ -1,6 +1,6 @@
 -- TASK_ANSWER: keep a tasks/update's answers. docs/architecture.md, "Tasks".
 -- KEYS[1]: P scopes (routing only).
--- ARGV (built by _tasks.RedisTaskTable.answer): 1 prefix P, 2 scope, 3 task id,
+-- ARGV (built by _contracts.TaskAnswerCall.argv): 1 prefix P, 2 scope, 3 task id,
 --   4.. key, answer pairs.
 -- Reply: 1 the task is known (each answer kept if its key waits and has none yet; once
 -- every request it waits on is answered, it is 'working' again); 0 unknown. A kept

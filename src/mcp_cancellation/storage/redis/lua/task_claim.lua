@@ -1,7 +1,7 @@
 -- TASK_CLAIM: after a resync, the worker running a task claims it again.
 -- docs/architecture.md, "Tasks".
 -- KEYS[1]: P scopes (routing only).
--- ARGV (built by _tasks.RedisTaskTable.claim): 1 prefix P, 2 scope, 3 task id, 4 worker,
+-- ARGV (built by _contracts.TaskClaimCall.argv): 1 prefix P, 2 scope, 3 task id, 4 worker,
 --   5.. the record's fields as the run knows them (written only if the task is gone).
 -- Reply: 0 the task is the worker's and runs (its indexes restored); 1 it was gone (the
 -- table was lost) and is written again, running; 2 it has ended, or belongs to another

@@ -1,6 +1,6 @@
 -- TASK_CREATE: record a new task, running. docs/architecture.md, "Tasks".
 -- KEYS[1]: P scopes (routing only; every key is built from P, the one hash tag).
--- ARGV (built by _tasks.RedisTaskTable.create, in this order):
+-- ARGV (built by _contracts.TaskCreateCall.argv, in this order):
 --   1 prefix       P
 --   2 scope        the caller's scope
 --   3 task id      the task's id

@@ -1,7 +1,7 @@
 -- TASK_GET: read a task; end it failed if its worker stopped. docs/architecture.md, "Tasks".
 -- KEYS[1]: P scopes (routing only).
--- ARGV (built by _tasks.RedisTaskTable.get): 1 prefix P, 2 scope, 3 task id,
---   4 grace_ms (a worker is dead once its heartbeat is gone and the task is older than
+-- ARGV (built by _contracts.TaskGetCall.argv): 1 prefix P, 2 scope, 3 task id,
+--   4 heartbeat_ms (a worker is dead once its heartbeat is gone and the task is older than
 --   this), 5 the error a dead worker's task ends with, 6 now (ms, for 'updated'),
 --   7 its status message.
 -- Reply: {1 if this call ended the task (its worker died) else 0, the task's fields

@@ -1,13 +1,13 @@
 -- TASK_REAP: end the running tasks of workers whose heartbeat is gone.
 -- docs/architecture.md, "Tasks".
 -- KEYS[1]: P scopes (routing only).
--- ARGV (built by _tasks.RedisTaskTable.reap): 1 prefix P, 2 grace_ms (a task younger
+-- ARGV (built by _contracts.TaskReapCall.argv): 1 prefix P, 2 heartbeat_ms (a task younger
 --   than this is left: its worker may not have beaten yet), 3 the error a dead worker's
 --   task ends with, 4 now (ms, for 'updated'), 5 the most tasks one call ends, 6 its
 --   status message.
 -- Reply: the tasks this call ended, {member, tool, created ms} each (their ends are
 -- reported by the caller: nobody else will).
-local grace, limit = tonumber(ARGV[2]), tonumber(ARGV[5])
+local heartbeat_ms, limit = tonumber(ARGV[2]), tonumber(ARGV[5])
 local now = now_ms()
 local out = {}
 for _, w in ipairs(redis.call('SMEMBERS', RUNNERS)) do
@@ -19,7 +19,7 @@ for _, w in ipairs(redis.call('SMEMBERS', RUNNERS)) do
       local fields = redis.call('HMGET', task, 'status', 'worker', '.born', 'tool', 'created')
       if not fields[1] or not active(fields[1]) or fields[2] ~= w then
         redis.call('SREM', runs, m)
-      elseif now - tonumber(fields[3] or '0') > grace then
+      elseif now - tonumber(fields[3] or '0') > heartbeat_ms then
         redis.call('HSET', task, 'status', 'failed', 'error', ARGV[3], 'updated', ARGV[4],
           'message', ARGV[6])
         end_task(m, now)
