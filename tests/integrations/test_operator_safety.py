@@ -7,6 +7,7 @@ workers on a real Redis (and the cluster), the real CLI."""
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from typing import Any
@@ -68,6 +69,8 @@ async def test_inspect_only_reads_and_a_cli_cancel_is_counted_by_the_worker_it_s
                 calls = Calls(tg)
                 calls.start(http, busy, "job")
                 await busy.wait_started(1)
+                # (Tracked in the table once it has run the storage's track delay.)
+                await async_wait_until(functools.partial(_listed, registries[0], 1))
                 before = await keyspace(url, prefix)
                 assert before
                 # Twice, and once with the server's script cache flushed: no write either way.
@@ -141,6 +144,7 @@ async def test_a_wrong_prefix_or_partition_count_is_an_error_that_says_what_is_t
             for n in range(4):  # scopes of both partitions, from two addresses
                 calls.start(http, worker, f"job-{n}")
             await worker.wait_started(4)
+            await async_wait_until(functools.partial(_listed, registry, 4))  # (tracked)
             before = await keyspace(url, prefix)
 
             for partitions in ("1", "3"):
@@ -186,7 +190,8 @@ async def test_a_dead_worker_s_call_is_reported_not_cancelled(
     async with workers_sharing(url, count=1, heartbeat_ttl=600) as (registry,):
         storage: Any = registry.storage
         async with registry.request("orphan", "ip:192.0.2.9", tool="poll"):
-            await storage.resync()  # tracked in Redis, with a heartbeat
+            # Tracked in Redis (once it has run the track delay), with a heartbeat.
+            await async_wait_until(functools.partial(_listed, registry, 1))
             await async_wait_until(lambda: storage.heartbeats >= 1)
             client = aioredis.Redis.from_url(url)
             try:  # the worker's heartbeat lapses, as a SIGKILLed worker's does
@@ -285,3 +290,8 @@ def test_an_empty_token_is_refused_by_every_constructor() -> None:
             AdminApp(registry, token)
         with pytest.raises(ConfigurationError):
             admin_app(registry, token=token)
+
+
+async def _listed(registry: CancellationRegistry, n: int) -> bool:
+    """Whether the table lists *n* calls in flight (each tracked in Redis)."""
+    return len(await registry.requests()) >= n

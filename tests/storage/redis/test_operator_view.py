@@ -39,7 +39,7 @@ async def _fill(raw: Redis, storage: RedisStorage) -> None:
         pipe.hset(storage.key("f:", m), owner, f"1\t{1_700_000_000_000 + i}\t{worker}\tslow")
         pipe.hset(storage.key("fw:", m), mapping={worker: 1})
         if i % 10 == 0:
-            pipe.hset(storage.key("fw:", m), "!", "1:+stop")
+            pipe.hset(storage.key("fw:", m), "!", "1:0:+stop")
         pipe.sadd(storage.key("w:", worker), f"{len(m)}:{m}{owner}")
         if len(pipe) >= 5_000:
             await pipe.execute()

@@ -74,8 +74,8 @@ def decode_in_flight(
     sequence, started, _, tool = to_bytes(track).split(b"\t", 3)
     reason: bytes | None = None
     if mark is not None:
-        reached, at, value = to_bytes(mark).split(b":", 2)
-        if int(sequence) <= int(reached) or int(started) * 1000 <= int(at):
+        reached, at, value = _mark(to_bytes(mark))
+        if int(sequence) <= reached or (at is not None and int(started) * 1000 <= at):
             reason = value
     return InFlightRequest(
         scope=text(scope),
@@ -87,6 +87,17 @@ def decode_in_flight(
         reason=None if reason is None else decode_reason(reason),
         alive=alive,
     )
+
+
+def _mark(mark: bytes) -> tuple[int, int | None, bytes]:
+    """A mark's sequence, time (µs; ``None`` in a mark an earlier version wrote,
+    ``<sequence>:<reason>``, whose encoded reason starts with ``+`` or ``-``) and
+    reason."""
+    reached, _, rest = mark.partition(b":")
+    if rest[:1] in (b"+", b"-"):
+        return int(reached), None, rest
+    at, _, value = rest.partition(b":")
+    return int(reached), int(at), value
 
 
 def flight_of(entry: bytes) -> tuple[bytes, bytes]:

@@ -75,9 +75,13 @@ local function marked(wk, sequence, started)
   local mark = redis.call('HGET', wk, '!')
   if not mark then return nil end
   local colon = string.find(mark, ':', 1, true)
+  local reached = tonumber(string.sub(mark, 1, colon - 1)) >= sequence
+  local c = string.byte(mark, colon + 1)
+  if c == PLUS or c == MINUS then  -- '<sequence>:<reason>', as an earlier version wrote
+    return reached and string.sub(mark, colon + 1) or nil
+  end
   local second = string.find(mark, ':', colon + 1, true)
-  if tonumber(string.sub(mark, 1, colon - 1)) >= sequence
-    or started <= tonumber(string.sub(mark, colon + 1, second - 1)) then
+  if reached or started <= tonumber(string.sub(mark, colon + 1, second - 1)) then
     return string.sub(mark, second + 1)
   end
   return nil
