@@ -131,7 +131,7 @@ async def _table(request: pytest.FixtureRequest) -> AsyncIterator[Table]:
 
 
 async def end(table: TaskTable, scope: str, task_id: str, status: str = "completed") -> bool:
-    return await table.update(scope, task_id, {"status": status, "result": "{}"})
+    return await table.write(scope, task_id, {"status": status, "result": "{}"})
 
 
 async def test_a_task_reads_back_in_its_scope_only(tasks: Table) -> None:
@@ -143,7 +143,7 @@ async def test_a_task_reads_back_in_its_scope_only(tasks: Table) -> None:
     assert not found.orphaned
     assert await table.get("ip:b", "1", DEAD) is None
     assert await table.get("ip:a", "2", DEAD) is None
-    assert not await table.update("ip:b", "1", {"message": "x"})
+    assert not await table.write("ip:b", "1", {"message": "x"})
     assert not await table.answer("ip:b", "1", {"k": "{}"})
 
 
@@ -189,10 +189,10 @@ async def test_the_table_bound_counts_every_scope_s_tasks(tasks: Table) -> None:
 async def test_a_terminal_status_never_changes(tasks: Table) -> None:
     table = tasks.table
     await table.create(record("ip:a", "1"), None, None)
-    assert await table.update("ip:a", "1", {"message": "half"})
+    assert await table.write("ip:a", "1", {"message": "half"})
     assert await end(table, "ip:a", "1", "cancelled")
     assert not await end(table, "ip:a", "1", "completed")
-    assert not await table.update("ip:a", "1", {"message": "late"})
+    assert not await table.write("ip:a", "1", {"message": "late"})
     found = await table.get("ip:a", "1", DEAD)
     assert found is not None
     assert (found.status, found.message) == ("cancelled", "half")
@@ -201,7 +201,7 @@ async def test_a_terminal_status_never_changes(tasks: Table) -> None:
 async def test_answers_are_kept_for_waiting_keys_and_wake_the_waiting_tool(tasks: Table) -> None:
     table = tasks.table
     await table.create(record("ip:a", "1"), None, None)
-    await table.update("ip:a", "1", {"status": "input_required", "i:k1": "{}", "i:k2": "{}"})
+    await table.write("ip:a", "1", {"status": "input_required", "i:k1": "{}", "i:k2": "{}"})
     if tasks.shared:  # the push reaches this worker once it listens
         await tasks.storage.ping()
         await async_wait_until(lambda: _subscribed(tasks.storage))
@@ -238,8 +238,8 @@ async def test_the_operators_listing_shows_every_task_without_its_result(tasks: 
     table = tasks.table
     for i in range(7):
         await table.create(record("ip:a", str(i)), None, None)
-    await table.update("ip:a", "0", {"status": "completed", "result": '{"big":"x"}'})
-    await table.update("ip:a", "1", {"status": "input_required", "i:k": "{}"})
+    await table.write("ip:a", "0", {"status": "completed", "result": '{"big":"x"}'})
+    await table.write("ip:a", "1", {"status": "input_required", "i:k": "{}"})
     listed = {r.task_id: r for r in await table.tasks()}
     assert sorted(listed) == [str(i) for i in range(7)]
     assert listed["0"].status == "completed"

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, TypeAlias
 if TYPE_CHECKING:
     from .._token import RequestToken
 
-__all__ = ["InFlightTokens", "Row"]
+__all__ = ["InFlightTokens", "OwnerKey"]
 
-#: One in-flight row: (scope, key, owner).
-Row = tuple[str, str, str]
+#: One owner of a request: (scope, key, owner id) (its in-flight row, as the API says).
+OwnerKey = tuple[str, str, str]
 
 #: The owners of one request: ``(owner, token)`` for one, ``{owner: token}`` for several.
 _Owners: TypeAlias = "tuple[str, RequestToken] | dict[str, RequestToken]"
@@ -96,9 +96,9 @@ class InFlightTokens(dict[tuple[str, str], _Owners]):
             return []
         return [token for _, token in _items(entry)]
 
-    def sweep(self, dead: Collection[str]) -> list[Row]:
+    def sweep(self, dead: Collection[str]) -> list[OwnerKey]:
         """Remove every row whose owner is in *dead*; the rows removed."""
-        removed: list[Row] = []
+        removed: list[OwnerKey] = []
         if not dead:
             return removed
         for (scope, key), entry in list(self.items()):

@@ -185,14 +185,14 @@ class TaskTable(abc.ABC):
         holds *quota* tasks, or the table *max_tasks* (running, or ended and not expired)."""
 
     @abc.abstractmethod
-    async def get(self, scope: str, task_id: str, dead_worker_error: str) -> TaskRecord | None:
+    async def get(self, scope: str, task_id: str, orphan_error: str) -> TaskRecord | None:
         """The task, or ``None`` (unknown, expired, or another scope's). A task still
         active whose worker stopped heartbeating is first ended ``failed`` with
-        *dead_worker_error*, and returned ``orphaned`` (a table that only one process uses
+        *orphan_error*, and returned ``orphaned`` (a table that only one process uses
         has no such case)."""
 
     @abc.abstractmethod
-    async def update(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
+    async def write(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
         """Write *fields* (and drop the ``i:``/``a:`` fields named with an empty value)
         on a task not yet ended; ``False`` when it is unknown or ended (nothing written).
         A terminal ``status`` ends the task: it expires ``ttl_ms`` from now."""
@@ -210,7 +210,7 @@ class TaskTable(abc.ABC):
         found = await self.get(record.scope, record.task_id, "")
         return "running" if found is not None and found.status in ACTIVE else "ended"
 
-    async def reap(self, dead_worker_error: str) -> list[TaskRecord]:
+    async def reap(self, orphan_error: str) -> list[TaskRecord]:
         """End ``failed`` the running tasks of workers that stopped heartbeating (a table
         that one process keeps has none); the tasks this call ended."""
         return []
@@ -284,12 +284,12 @@ class MemoryTaskTable(TaskTable):
             return None
         return entry[1]
 
-    async def get(self, scope: str, task_id: str, dead_worker_error: str) -> TaskRecord | None:
+    async def get(self, scope: str, task_id: str, orphan_error: str) -> TaskRecord | None:
         with self._lock:
             fields = self._live(scope, task_id)
             return None if fields is None else TaskRecord.from_fields(scope, task_id, fields)
 
-    async def update(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
+    async def write(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
         with self._lock:
             current = self._live(scope, task_id)
             if current is None or current.get("status") in TERMINAL:

@@ -84,9 +84,7 @@ REAP_INTERVAL = 5.0
 
 _UNKNOWN = "Unknown task"
 _UNAVAILABLE = "Task storage unavailable; try again shortly."
-_DEAD_WORKER = json.dumps(
-    {"code": INTERNAL_ERROR, "message": "The worker running this task stopped."}
-)
+_ORPHANED = json.dumps({"code": INTERNAL_ERROR, "message": "The worker running this task stopped."})
 #: The reason of a client's cancellation, which its task's statusMessage shows.
 _CLIENT_CANCEL = "Cancelled by the client (tasks/cancel)."
 
@@ -248,7 +246,7 @@ class TasksExtension(Extension):
         while True:
             await asyncio.sleep(REAP_INTERVAL)
             try:
-                ended = await self.table.reap(_DEAD_WORKER)
+                ended = await self.table.reap(_ORPHANED)
             except StorageUnavailable:
                 continue
             except Exception:  # never die: a later round may succeed
@@ -526,7 +524,7 @@ class TasksExtension(Extension):
                 # The run writes its end before its request leaves the table: a task
                 # that ended meanwhile left a pending row nobody will claim (task ids
                 # never repeat). Remove it: it would hold the scope's quota.
-                after = await self.table.get(record.scope, record.task_id, _DEAD_WORKER)
+                after = await self.table.get(record.scope, record.task_id, _ORPHANED)
                 if after is None or after.status not in ACTIVE:
                     await self.registry.clear(record.task_id, record.scope)
             except StorageUnavailable as exc:
@@ -571,7 +569,7 @@ class TasksExtension(Extension):
         if token is None:
             raise MCPError(INTERNAL_ERROR, "tasks need CancellationMiddleware in front of the app")
         try:
-            record = await self.table.get(token.scope, task_id, _DEAD_WORKER)
+            record = await self.table.get(token.scope, task_id, _ORPHANED)
         except StorageUnavailable as exc:
             raise MCPError(INTERNAL_ERROR, _UNAVAILABLE) from exc
         if record is None:

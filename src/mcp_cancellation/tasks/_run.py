@@ -252,10 +252,10 @@ class TaskRun:
         delay = 0.05
         for _ in range(END_ATTEMPTS):
             try:
-                written = await table.update(record.scope, record.task_id, fields)
+                written = await table.write(record.scope, record.task_id, fields)
                 if not written and await table.claim(record) == "restored":
                     # The table was lost before this worker's resync rewrote the task.
-                    written = await table.update(record.scope, record.task_id, fields)
+                    written = await table.write(record.scope, record.task_id, fields)
                 break
             except StorageUnavailable:
                 await asyncio.sleep(delay)
@@ -297,7 +297,7 @@ class TaskRun:
             return
         fields["updated"] = str(now_ms())
         try:
-            written = await self.extension.table.update(
+            written = await self.extension.table.write(
                 self.record.scope, self.record.task_id, fields
             )
         except StorageUnavailable as exc:

@@ -36,7 +36,7 @@ __all__ = [
     "TaskCreateCall",
     "TaskGetCall",
     "TaskReapCall",
-    "TaskSetCall",
+    "TaskWriteCall",
 ]
 
 Argv = list[bytes | str]
@@ -140,7 +140,7 @@ class WithdrawCall:
 @dataclasses.dataclass(frozen=True, slots=True)
 class SyncOp:
     """One queued write as ``SYNC`` takes it: ``T`` track (with the request's age in µs
-    when sent and its tool), ``U`` untrack, ``R`` release, ``F`` finish."""
+    when sent and its tool), ``U`` untrack, ``S`` sweep (a dead owner's), ``F`` finish."""
 
     op: str
     scope: str
@@ -347,7 +347,7 @@ class TaskGetCall:
     scope: str
     task_id: str
     heartbeat_ms: str
-    dead_worker_error: str
+    orphan_error: str
     now_ms: str
     message: str
 
@@ -357,7 +357,7 @@ class TaskGetCall:
             self.scope,
             self.task_id,
             self.heartbeat_ms,
-            self.dead_worker_error,
+            self.orphan_error,
             self.now_ms,
             self.message,
         ]
@@ -372,8 +372,8 @@ class TaskGetCall:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class TaskSetCall:
-    """``TASK_SET``'s arguments (lua/task_set.lua), and ``TASK_ANSWER``'s
+class TaskWriteCall:
+    """``TASK_WRITE``'s arguments (lua/task_write.lua), and ``TASK_ANSWER``'s
     (:class:`TaskAnswerCall`); :meth:`decode` their reply: whether it was written."""
 
     scope: str
@@ -388,7 +388,7 @@ class TaskSetCall:
         return bool(reply)
 
 
-class TaskAnswerCall(TaskSetCall):
+class TaskAnswerCall(TaskWriteCall):
     """``TASK_ANSWER``'s arguments (lua/task_answer.lua): the answers by input key."""
 
     __slots__ = ()
@@ -416,7 +416,7 @@ class TaskReapCall:
     """``TASK_REAP``'s arguments (lua/task_reap.lua); :meth:`decode` its reply."""
 
     heartbeat_ms: str
-    dead_worker_error: str
+    orphan_error: str
     now_ms: str
     batch: int
     message: str
@@ -425,7 +425,7 @@ class TaskReapCall:
         return [
             prefix,
             self.heartbeat_ms,
-            self.dead_worker_error,
+            self.orphan_error,
             self.now_ms,
             str(self.batch),
             self.message,

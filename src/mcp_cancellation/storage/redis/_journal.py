@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..._errors import StorageUnavailable
 from ..._extras import requires
-from .._in_flight import InFlightTokens, Row
+from .._in_flight import InFlightTokens, OwnerKey
 from ._codec import netstring
 from ._contracts import SyncCall, SyncOp, SyncReply
 from ._home import HomeLoop
@@ -49,12 +49,12 @@ RunScript = Callable[..., Awaitable[Any]]
 
 
 class _Write:
-    """One queued write: ``T`` track, ``U`` untrack, ``R`` release (a dead owner's: the
+    """One queued write: ``T`` track, ``U`` untrack, ``S`` sweep (a dead owner's: the
     row goes if no owner is left), ``F`` finish (untrack and clear)."""
 
     __slots__ = ("done", "op", "queued_at", "row", "token")
 
-    def __init__(self, op: str, row: Row, token: RequestToken | None = None) -> None:
+    def __init__(self, op: str, row: OwnerKey, token: RequestToken | None = None) -> None:
         self.op = op
         self.row = row
         self.token = token
@@ -99,7 +99,7 @@ class Journal:
         self._queue: list[_Write] = []
         # Each owner's sequence, once Redis has taken its track (before that, it is in
         # flight here and unknown there).
-        self._sequences: dict[Row, int] = {}
+        self._sequences: dict[OwnerKey, int] = {}
         # The latest mark pushed for each (scope, key) while one of its owners here had
         # no sequence yet: (sequence, reason, method); decided when that owner's
         # sequence arrives (:meth:`_learn`), never guessed.
@@ -113,7 +113,7 @@ class Journal:
         self._expiry: asyncio.TimerHandle | None = None
         # The young calls, oldest first: row -> (loop time of its start, token); one timer
         # (_due) tracks each once it is `delay` old.
-        self._young: OrderedDict[Row, tuple[float, RequestToken]] = OrderedDict()
+        self._young: OrderedDict[OwnerKey, tuple[float, RequestToken]] = OrderedDict()
         self._due: asyncio.TimerHandle | None = None
         # Requests with a pending row, as the seeks told (a hint: a call of one is
         # tracked at its start, and claims the row; a stale entry costs one track).
@@ -178,7 +178,7 @@ class Journal:
         with self._lock:
             return (scope, key) in self._tokens
 
-    def sweep(self, dead: Collection[str]) -> list[Row]:
+    def sweep(self, dead: Collection[str]) -> list[OwnerKey]:
         """Forget the rows of *dead* owners and queue their release; the rows."""
         with self._lock:
             rows = self._tokens.sweep(dead)
@@ -190,12 +190,12 @@ class Journal:
                 if self._young.pop(row, None) is None:
                     sent.append(row)
         for row in sent:
-            self._put(_Write("R", row))
+            self._put(_Write("S", row))
         return rows
 
     # -- writes --------------------------------------------------------------------------
 
-    async def track(self, row: Row, token: RequestToken) -> None:
+    async def track(self, row: OwnerKey, token: RequestToken) -> None:
         """Hold *token* here; then, for a young call, start its timer (nothing goes to
         Redis yet), else queue its track and wait for it at most :attr:`wait` (a call of
         a request with a pending row is tracked at once: it claims the row and starts
@@ -223,7 +223,7 @@ class Journal:
             self.release(row, "U")
             raise
 
-    async def finish(self, row: Row, op: str) -> None:
+    async def finish(self, row: OwnerKey, op: str) -> None:
         """:meth:`release`, waiting for Redis at most :attr:`wait` (it rides with the next
         track, or goes at once; a cancelled wait leaves it queued). A young call's end
         sends nothing and waits for nothing."""
@@ -231,8 +231,8 @@ class Journal:
         if write is not None:
             await self._wait(write)
 
-    def release(self, row: Row, op: str) -> _Write | None:
-        """Forget *row* here and queue its release (``U``, ``R`` or ``F``); nothing for a
+    def release(self, row: OwnerKey, op: str) -> _Write | None:
+        """Forget *row* here and queue its release (``U``, ``S`` or ``F``); nothing for a
         young call, which Redis never saw (unless a pending row of its request may wait
         there: the end of a call clears its cancellation)."""
         request = (row[0], row[1])

@@ -301,11 +301,11 @@ class PartitionedTaskTable(TaskTable):
         share = None if max_tasks is None else max(1, -(-max_tasks // len(self._partitions)))
         return await self._of(record.scope).task_table.create(record, quota, share)
 
-    async def get(self, scope: str, task_id: str, dead_worker_error: str) -> TaskRecord | None:
-        return await self._of(scope).task_table.get(scope, task_id, dead_worker_error)
+    async def get(self, scope: str, task_id: str, orphan_error: str) -> TaskRecord | None:
+        return await self._of(scope).task_table.get(scope, task_id, orphan_error)
 
-    async def update(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
-        return await self._of(scope).task_table.update(scope, task_id, fields)
+    async def write(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
+        return await self._of(scope).task_table.write(scope, task_id, fields)
 
     async def answer(self, scope: str, task_id: str, answers: Mapping[str, str]) -> bool:
         return await self._of(scope).task_table.answer(scope, task_id, answers)
@@ -313,10 +313,10 @@ class PartitionedTaskTable(TaskTable):
     async def claim(self, record: TaskRecord) -> Claim:
         return await self._of(record.scope).task_table.claim(record)
 
-    async def reap(self, dead_worker_error: str) -> list[TaskRecord]:
+    async def reap(self, orphan_error: str) -> list[TaskRecord]:
         """The dead workers' tasks of every partition that answers."""
         found, _ = await read_partitions(
-            self._partitions, lambda part: part.task_table.reap(dead_worker_error)
+            self._partitions, lambda part: part.task_table.reap(orphan_error)
         )
         return found
 

@@ -38,7 +38,7 @@ NAMES = (
     "CLEANUP",
     "TASK_CREATE",
     "TASK_GET",
-    "TASK_SET",
+    "TASK_WRITE",
     "TASK_ANSWER",
     "TASK_CLAIM",
     "TASK_REAP",

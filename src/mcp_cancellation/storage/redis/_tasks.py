@@ -27,7 +27,7 @@ from ._contracts import (
     TaskCreateCall,
     TaskGetCall,
     TaskReapCall,
-    TaskSetCall,
+    TaskWriteCall,
 )
 
 if TYPE_CHECKING:
@@ -64,14 +64,14 @@ class RedisTaskTable(TaskTable):
         call = TaskCreateCall(record.scope, record.task_id, quota, max_tasks, record.worker, fields)
         return TaskCreateCall.decode(await self._run("TASK_CREATE", call))
 
-    async def get(self, scope: str, task_id: str, dead_worker_error: str) -> TaskRecord | None:
+    async def get(self, scope: str, task_id: str, orphan_error: str) -> TaskRecord | None:
         call = TaskGetCall(
             scope,
             task_id,
             self._heartbeat_ms,
-            dead_worker_error,
+            orphan_error,
             _now_ms(),
-            _message_of(dead_worker_error),
+            _message_of(orphan_error),
         )
         found = TaskGetCall.decode(await self._run("TASK_GET", call))
         if found is None:
@@ -80,8 +80,9 @@ class RedisTaskTable(TaskTable):
         record = TaskRecord.from_fields(scope, task_id, fields)
         return dataclasses.replace(record, orphaned=True) if ended else record
 
-    async def update(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
-        return TaskSetCall.decode(await self._run("TASK_SET", TaskSetCall(scope, task_id, fields)))
+    async def write(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
+        call = TaskWriteCall(scope, task_id, fields)
+        return TaskWriteCall.decode(await self._run("TASK_WRITE", call))
 
     async def answer(self, scope: str, task_id: str, answers: Mapping[str, str]) -> bool:
         call = TaskAnswerCall(scope, task_id, answers)
@@ -91,13 +92,13 @@ class RedisTaskTable(TaskTable):
         call = TaskClaimCall(record.scope, record.task_id, record.worker, record.fields())
         return TaskClaimCall.decode(await self._run("TASK_CLAIM", call))
 
-    async def reap(self, dead_worker_error: str) -> list[TaskRecord]:
+    async def reap(self, orphan_error: str) -> list[TaskRecord]:
         call = TaskReapCall(
             self._heartbeat_ms,
-            dead_worker_error,
+            orphan_error,
             _now_ms(),
             REAP_BATCH,
-            _message_of(dead_worker_error),
+            _message_of(orphan_error),
         )
         ended: list[TaskRecord] = []
         for scope, task_id, fields in TaskReapCall.decode(await self._run("TASK_REAP", call)):

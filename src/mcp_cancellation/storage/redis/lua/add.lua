@@ -107,7 +107,7 @@ seek('s', scope, key)
 -- tracked so far has one at or before it, every later one a greater one), and one
 -- message per other worker that has owners of it (their listeners flip the tokens of
 -- sequence <= it). Its work does not grow with the owners.
-local wk = workers_key(m)
+local wk = marks_key(m)
 local sequence = tonumber(redis.call('GET', SEQ) or 0)
 set_mark(wk, sequence, renc)
 local message = netstring(scope) .. netstring(key) .. netstring(renc)

@@ -8,9 +8,9 @@ local function netstring(s) return #s .. ':' .. s end
 local function member(scope, key) return netstring(scope) .. key end
 -- Sigils, as the first byte of a value (string.byte): '!' a mark, or a claimed waiting
 -- cancellation; '*' a pending row; '+' and '-' an encoded reason (with text, or none);
--- and SYNC's operations 'T', 'U', 'R' ('F' the rest).
+-- and SYNC's operations 'T', 'U', 'S' ('F' the rest).
 local BANG, STAR, PLUS, MINUS = 33, 42, 43, 45
-local OP_TRACK, OP_UNTRACK, OP_RELEASE = 84, 85, 82
+local OP_TRACK, OP_UNTRACK, OP_SWEEP = 84, 85, 83
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -12,13 +12,13 @@ local removed, in_flight_removed, more = 0, 0, 0
 -- and the cancellation rows bound to them alone.
 for _, other in ipairs(redis.call('SMEMBERS', WORKERS)) do
   if other ~= ARGV[2] and redis.call('EXISTS', hb_key(other)) == 0 then
-    for _, entry in ipairs(redis.call('SMEMBERS', worker_key(other))) do
+    for _, entry in ipairs(redis.call('SMEMBERS', owners_key(other))) do
       local m, owner = split(entry)
       local scope, key = split(m)
       in_flight_removed = in_flight_removed + untrack_member(m, scope, owner, other)
-      release_row(scope, key)
+      remove_orphan_row(scope, key)
     end
-    redis.call('DEL', worker_key(other))
+    redis.call('DEL', owners_key(other))
     redis.call('SREM', WORKERS, other)
   end
 end

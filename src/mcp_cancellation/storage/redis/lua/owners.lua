@@ -7,7 +7,7 @@ local EPOCH = P .. 'epoch'
 local RECOVERING = P .. 'recovering'
 local SEQ = P .. 'seq'  -- the table's sequence counter (see track)
 local function flight_key(m) return P .. 'f:' .. m end
-local function worker_key(w) return P .. 'w:' .. w end
+local function owners_key(w) return P .. 'w:' .. w end
 -- Mark the table recovering for grace_ms, as a worker's call says (`arg`): '' nothing,
 -- '*' the whole table (P recovering), else netstrings of the scopes of the worker's
 -- tracks still on their way (P recovering:<scope> each: its call only timed out).
@@ -66,7 +66,7 @@ end
 -- later one is not) and each worker's count of owners. So a cancellation
 -- writes one mark and one message per worker, however many owners it reaches. Both keys
 -- go with the request's last owner.
-local function workers_key(m) return P .. 'fw:' .. m end
+local function marks_key(m) return P .. 'fw:' .. m end
 -- The reason the mark of P fw:<m> `wk` ('<sequence>:<time µs>:<reason>') gives an owner
 -- of `sequence` that started at `started` (µs, the table's clock), or nil: an owner
 -- tracked at or before the mark's sequence, or (a call tracked late: see track) one
@@ -140,7 +140,7 @@ end
 -- cancellation that reaches it, or nil.
 local function track(scope, key, owner, w, age, tool)
   local m = member(scope, key)
-  local fk, wk = flight_key(m), workers_key(m)
+  local fk, wk = flight_key(m), marks_key(m)
   -- Sequences come from one counter of the table (P seq): they never repeat within its
   -- epoch, so a mark, however late it is applied, never matches a later owner's.
   local sequence = redis.call('INCR', SEQ)
@@ -153,7 +153,7 @@ local function track(scope, key, owner, w, age, tool)
   end
   redis.call('HINCRBY', wk, w, 1)
   redis.call('HINCRBY', FS, scope, 1)
-  redis.call('SADD', worker_key(w), netstring(m) .. owner)
+  redis.call('SADD', owners_key(w), netstring(m) .. owner)
   local v = redis.call('HGET', REASONS, m)
   if v and string.byte(v, 1) == STAR then  -- pending: claimed by this owner
     v = string.sub(v, 2)
@@ -175,14 +175,14 @@ end
 local function untrack_member(m, scope, owner, w)
   local fk = flight_key(m)
   if redis.call('HDEL', fk, owner) == 0 then return 0 end
-  local wk = workers_key(m)
+  local wk = marks_key(m)
   if redis.call('EXISTS', fk) == 0 then
     redis.call('DEL', wk)  -- the last owner: its sequence and mark go too
   elseif redis.call('HINCRBY', wk, w, -1) <= 0 then
     redis.call('HDEL', wk, w)
   end
   if redis.call('HINCRBY', FS, scope, -1) <= 0 then redis.call('HDEL', FS, scope) end
-  redis.call('SREM', worker_key(w), netstring(m) .. owner)
+  redis.call('SREM', owners_key(w), netstring(m) .. owner)
   return 1
 end
 local function untrack(scope, key, owner, w)
@@ -190,7 +190,7 @@ local function untrack(scope, key, owner, w)
 end
 -- Remove the cancellation row of (scope, key) if it is bound and no owner is left in
 -- flight (a dead owner's, or one a lost write left behind); returns 1 if removed.
-local function release_row(scope, key)
+local function remove_orphan_row(scope, key)
   local m = member(scope, key)
   if redis.call('EXISTS', flight_key(m)) == 1 then return 0 end
   local v = redis.call('HGET', REASONS, m)

@@ -13,9 +13,9 @@
 --   8 layout      '<partition>/<partitions>', written with a new epoch
 --   9...          operations, (op, scope, key, owner) each, in order:
 --                 'T<age µs>[:<tool>]' track (a request started <age> before the call,
---                 calling <tool>), 'U' untrack, 'R' release (untrack, and remove the row
---                 if no owner is left: a dead owner's), 'F' finish (untrack and remove
---                 the row).
+--                 calling <tool>), 'U' untrack, 'S' sweep (a dead owner's: untrack,
+--                 and remove the row if no owner is left), 'F' finish (untrack and
+--                 remove the row).
 -- A resync also releases the in-flight rows Redis holds for the worker beyond those it
 -- sent (a lost write's, or rows a failover brought back). Refreshes the heartbeat.
 -- Reply (decoded by _contracts.SyncReply): {epoch, 1 if the table the worker knew is lost,
@@ -46,9 +46,9 @@ for i = 9, #ARGV, 4 do
     out[#out + 1] = v or false
   elseif c == OP_UNTRACK then
     untrack(scope, key, owner, w)
-  elseif c == OP_RELEASE then
+  elseif c == OP_SWEEP then
     untrack(scope, key, owner, w)
-    release_row(scope, key)
+    remove_orphan_row(scope, key)
   else
     untrack(scope, key, owner, w)
     remove_row(scope, key)
@@ -56,12 +56,12 @@ for i = 9, #ARGV, 4 do
 end
 local stale = 0
 if full then
-  for _, entry in ipairs(redis.call('SMEMBERS', worker_key(w))) do
+  for _, entry in ipairs(redis.call('SMEMBERS', owners_key(w))) do
     if not keep[entry] then
       local m, owner = split(entry)
       local scope, key = split(m)
       untrack_member(m, scope, owner, w)
-      release_row(scope, key)
+      remove_orphan_row(scope, key)
       stale = stale + 1
     end
   end

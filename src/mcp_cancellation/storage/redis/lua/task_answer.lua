@@ -19,7 +19,8 @@ local status = redis.call('HGET', task, 'status')
 if status == 'input_required' then
   local waiting = false
   for _, name in ipairs(redis.call('HKEYS', task)) do
-    if string.sub(name, 1, 2) == 'i:' and redis.call('HEXISTS', task, 'a:' .. string.sub(name, 3)) == 0 then
+    local answer = 'a:' .. string.sub(name, 3)
+    if string.sub(name, 1, 2) == 'i:' and redis.call('HEXISTS', task, answer) == 0 then
       waiting = true
       break
     end

@@ -1,10 +1,10 @@
--- TASK_GET: read a task; end it failed if its worker stopped. docs/architecture.md, "Tasks".
+-- TASK_GET: read a task; end it failed if its worker is dead. docs/architecture.md, "Tasks".
 -- KEYS[1]: P scopes (routing only).
 -- ARGV (built by _contracts.TaskGetCall.argv): 1 prefix P, 2 scope, 3 task id,
 --   4 heartbeat_ms (a worker is dead once its heartbeat is gone and the task is older than
 --   this), 5 the error a dead worker's task ends with, 6 now (ms, for 'updated'),
 --   7 its status message.
--- Reply: {1 if this call ended the task (its worker died) else 0, the task's fields
+-- Reply: {1 if this call ended the task (its worker is dead) else 0, the task's fields
 -- (name, value pairs)}, or false when there is none in this scope.
 local m = member(ARGV[2], ARGV[3])
 local task = task_key(m)

@@ -1,6 +1,6 @@
--- TASK_SET: the running task's worker writes its state. docs/architecture.md, "Tasks".
+-- TASK_WRITE: the running task's worker writes its state. docs/architecture.md, "Tasks".
 -- KEYS[1]: P scopes (routing only).
--- ARGV (built by _contracts.TaskSetCall.argv): 1 prefix P, 2 scope, 3 task id,
+-- ARGV (built by _contracts.TaskWriteCall.argv): 1 prefix P, 2 scope, 3 task id,
 --   4.. field, value pairs (an empty value removes an 'i:' or 'a:' field).
 -- Reply: 1 written; 0 the task is unknown or has ended (nothing written). A terminal
 -- 'status' ends the task: it expires its ttl from now.
