@@ -1,4 +1,4 @@
-"""Young calls: a worker tracks a call in Redis only once it has run ``track_delay`` (0.1 s
+"""Young calls: a worker tracks a call in Redis only once it has run ``track_delay`` (0.2 s
 by default), or at once when a cancellation seeks it. A short call costs Redis nothing;
 every cancellation still reaches the calls it should, of any age, and no later one.
 
@@ -33,7 +33,7 @@ async def test_a_short_call_sends_redis_nothing(make_registry: MakeRegistry, raw
     registry = make_registry(storage=QUIET)
     storage = registry.storage
     assert isinstance(storage, RedisStorage)
-    assert storage.track_delay == 0.1
+    assert storage.track_delay == 0.2
     async with registry.request(0, "s"):
         pass  # the listener starts with the first track
     await settled(storage)
@@ -71,7 +71,7 @@ async def _empty(registry: CancellationRegistry) -> bool:
     return stats.total_in_flight == 0 and stats.total_rows == 0
 
 
-@pytest.mark.parametrize("age", [0.0, 0.05, 0.1, 0.3])
+@pytest.mark.parametrize("age", [0.0, 0.1, 0.2, 0.4])
 async def test_a_cancellation_from_another_worker_reaches_a_call_of_any_age(
     make_registry: MakeRegistry, age: float
 ) -> None:
@@ -130,7 +130,7 @@ async def test_a_library_cancel_of_a_young_call_on_another_worker_stops_it(
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("busy_ms", [0, 300])
-@pytest.mark.parametrize("age_ms", [0, 50, 100, 400])
+@pytest.mark.parametrize("age_ms", [0, 100, 200, 500])
 async def test_a_cancellation_through_another_worker_stops_a_call_of_any_age(
     redis_server: RedisServer,
     start_workers: StartWorkers,

@@ -12,6 +12,7 @@ has the protocol (the worker's state, and what each event does).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -44,20 +45,29 @@ BATCH = 256
 PENDING_KEPT = 65_536
 #: Scopes one call marks as recovering at most; past it, the whole table.
 RECOVERING_SCOPES = 64
+#: The longest a write nobody waits for (the track of a call that came of age, the end
+#: of one that was not cancelled, a dead owner's sweep) waits for others to share its
+#: ``SYNC`` (seconds): long calls then cost Redis a fraction of a script call each.
+LINGER = 0.1
 
 RunScript = Callable[..., Awaitable[Any]]
 
 
 class _Write:
     """One queued write: ``T`` track, ``U`` untrack, ``S`` sweep (a dead owner's: the
-    row goes if no owner is left), ``F`` finish (untrack and clear)."""
+    row goes if no owner is left), ``F`` finish (untrack and clear). One that is not
+    *urgent* (nobody waits for it) may linger ``LINGER`` seconds, so that more share its
+    ``SYNC``."""
 
-    __slots__ = ("done", "op", "queued_at", "row", "token")
+    __slots__ = ("done", "op", "queued_at", "row", "token", "urgent")
 
-    def __init__(self, op: str, row: OwnerKey, token: RequestToken | None = None) -> None:
+    def __init__(
+        self, op: str, row: OwnerKey, token: RequestToken | None = None, *, urgent: bool = True
+    ) -> None:
         self.op = op
         self.row = row
         self.token = token
+        self.urgent = urgent
         #: Set when Redis took the write, or when its waiter stops waiting.
         self.done: asyncio.Future[None] | None = None
         self.queued_at = 0.0
@@ -118,6 +128,7 @@ class Journal:
         # Requests with a pending row, as the seeks told (a hint: a call of one is
         # tracked at its start, and claims the row; a stale entry costs one track).
         self._pending: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._flush_now = False  # a reader or close() wants the queue sent at once
         self._beat = False
         #: The table's epoch as this worker last synchronised with it ('' before).
         self.epoch = ""
@@ -190,7 +201,7 @@ class Journal:
                 if self._young.pop(row, None) is None:
                     sent.append(row)
         for row in sent:
-            self._put(_Write("S", row))
+            self._put(_Write("S", row, urgent=False))
         return rows
 
     # -- writes --------------------------------------------------------------------------
@@ -226,9 +237,11 @@ class Journal:
     async def finish(self, row: OwnerKey, op: str) -> None:
         """:meth:`release`, waiting for Redis at most :attr:`wait` (it rides with the next
         track, or goes at once; a cancelled wait leaves it queued). A young call's end
-        sends nothing and waits for nothing."""
+        sends nothing and waits for nothing; the end (``F``) of a call that was not
+        cancelled waits for nothing either, and lingers to share a ``SYNC``: no row of
+        its request can reach a later call (see docs/architecture.md)."""
         write = self.release(row, op)
-        if write is not None:
+        if write is not None and write.urgent:
             await self._wait(write)
 
     def release(self, row: OwnerKey, op: str) -> _Write | None:
@@ -237,6 +250,8 @@ class Journal:
         there: the end of a call clears its cancellation)."""
         request = (row[0], row[1])
         with self._lock:
+            owners = self._tokens.owners(*request)
+            token = next((t for owner, t in owners if owner == row[2]), None)
             self._tokens.discard(*row)
             self._sequences.pop(row, None)
             if request in self._undecided and self._all_known(*request):
@@ -244,7 +259,10 @@ class Journal:
             young = self._young.pop(row, None) is not None
         if young and request not in self._pending:
             return None
-        write = _Write(op, row)
+        # (With no delay every write goes at once, as a table tracked at each start
+        # expects: an ended call leaves no owner behind for another worker to see.)
+        calm = self.delay > 0 and op == "F" and token is not None and not token.cancelled
+        write = _Write(op, row, urgent=not calm)
         self._put(write)
         return write
 
@@ -266,11 +284,9 @@ class Journal:
                     self._due = loop.call_at(started + self.delay, self._track_due)
                     break
                 young.popitem(last=False)
-                due.append(_Write("T", row, token))
+                due.append(_Write("T", row, token, urgent=False))
         for write in due:
-            self._queue.append(write)
-        if due:
-            self._kick()
+            self._put(write)
 
     def promote(self, scope: str, key: str) -> list[_Write]:
         """Queue the tracks of this worker's young calls of ``(scope, key)`` now (a
@@ -337,6 +353,7 @@ class Journal:
             self._expiry = loop.call_at(first + self.wait, self._expire_waits)
 
     def _put(self, write: _Write) -> None:
+        write.queued_at = asyncio.get_running_loop().time()
         self._queue.append(write)
         self._kick()
 
@@ -372,6 +389,7 @@ class Journal:
         a read of this worker then sees its own writes."""
         if self._quiet is None or self._quiet.is_set():
             return
+        self._flush_now = True
         self._kick()
         try:
             async with asyncio.timeout(within):
@@ -417,6 +435,18 @@ class Journal:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if not (self._resync_wanted or self._beat or self._flush_now) and not any(
+                write.urgent for write in self._queue[:BATCH]
+            ):
+                # Nobody waits for these writes: let more join them, for at most LINGER.
+                linger = self._queue[0].queued_at + LINGER - loop.time()
+                if linger > 0:
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(linger):
+                            await self._wake.wait()
+                    continue
+            self._flush_now = False
             # Whatever queued while the last call was on its way goes in this one: under
             # load, the tracks and releases of many requests share a round trip.
             # The backoff counts from the start of an attempt: after a call that waited

@@ -63,11 +63,12 @@ DEFAULT_EVICTION_CHUNK = 250
 DEFAULT_CLEANUP_BATCH = 500
 #: The longest a request waits for Redis as it starts and as it ends (seconds).
 DEFAULT_MAX_WAIT = 0.25
-#: How long a call runs before it is tracked in Redis (seconds): a fifth of the
-#: registry's default ``track_wait`` (0.5 s), so that a cancellation from another worker
-#: that finds it young still finds its track within its wait with the owner's loop busy
-#: for up to 0.4 s; most calls end sooner, and cost Redis nothing.
-DEFAULT_TRACK_DELAY = 0.1
+#: How long a call runs before it is tracked in Redis (seconds): most calls end sooner,
+#: and cost Redis nothing. A cancellation that finds a call young seeks it (its track
+#: goes at once); should the seek be lost, this timer's track still lands within the
+#: registry's default ``track_wait`` (0.5 s) with the owner's loop busy for up to 0.3 s
+#: (docs/architecture.md, "The Redis table", says why 0.2 s).
+DEFAULT_TRACK_DELAY = 0.2
 #: How long a waiting cancellation outlives its wait when its waiter cannot withdraw it
 #: (the waiter died, or Redis stalled): a later request of its id is safe past that.
 WAIT_MARGIN = 1.0
