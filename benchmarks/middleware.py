@@ -75,7 +75,10 @@ def serve(kind: str, port: int, json_response: bool, stack: str = "asyncio-h11")
     from mcp_cancellation._demo import build_demo_server
 
     logging.basicConfig(level=logging.WARNING)
-    app: Any = build_demo_server().streamable_http_app(
+    # (redis_cost.py's cancel-to-stop polls every 10 ms, so that the poll is not the
+    # figure.)
+    poll = float(os.environ.get("MCP_CANCELLATION_BENCH_POLL", "0.1"))
+    app: Any = build_demo_server(poll_interval=poll).streamable_http_app(
         stateless_http=True, json_response=json_response
     )
     if kind in ("wrapped", "redis"):

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,71 @@ async def run_mode(args: argparse.Namespace, server: RedisServer, json_response:
     )
     if args.long_rounds:
         await long_calls(args, server, servers_for_long(json_response, server), mode)
+    if args.stop_trials:
+        await cancel_to_stop(args, server, json_response, mode)
+
+
+#: The ages at which cancel_to_stop() cancels a call (seconds).
+AGES = (0.0, 0.1, 0.3, 1.0)
+
+
+def cancel_body(request_id: int) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": request_id, "reason": "benchmark"},
+    }
+
+
+async def cancel_to_stop(
+    args: argparse.Namespace, server: RedisServer, json_response: bool, mode: str
+) -> None:
+    """From a cancellation sent to one worker to the answer of the call it stops on the
+    other, for calls of each age: every call tracked at its start (the baseline) against
+    young calls (the default ``track_delay``). The tool polls every 10 ms."""
+    medians: dict[str, dict[float, float]] = {}
+    for label, delay in (("baseline", "0"), ("young", "")):
+        saved = dict(os.environ)
+        os.environ["MCP_CANCELLATION_BENCH_POLL"] = "0.01"
+        if delay:
+            os.environ["MCP_CANCELLATION_REDIS_TRACK_DELAY"] = delay
+        try:
+            pair = [start_server("redis", json_response, redis_url=server.url) for _ in "ab"]
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        try:
+            (_, owner), (_, other) = pair
+            medians[label] = {}
+            async with httpx.AsyncClient(timeout=30) as client:
+                for age in AGES:
+                    samples = []
+                    for _ in range(args.stop_trials):
+                        body = slow_call()
+                        body["params"]["arguments"]["seconds"] = 30
+                        call = asyncio.create_task(client.post(owner, json=body, headers=HEADERS))
+                        await asyncio.sleep(age)  # (the call's age when it is cancelled)
+                        sent = time.perf_counter()
+                        cancel = asyncio.create_task(
+                            client.post(other, json=cancel_body(body["id"]), headers=HEADERS)
+                        )
+                        await call
+                        samples.append(time.perf_counter() - sent)
+                        await cancel
+                    medians[label][age] = statistics.median(samples)
+        finally:
+            for process, _ in pair:
+                process.terminate()
+                process.wait(timeout=10)
+    print(f"  cancel-to-stop across workers, p50 of {args.stop_trials} (baseline: track_delay=0)")
+    for age in AGES:
+        base, young = medians["baseline"][age] * 1e3, medians["young"][age] * 1e3
+        print(f"    call {age:g} s old: {young:6.1f} ms against {base:6.1f} ms")
+        check(
+            f"{mode}: cancel-to-stop of a call {age:g} s old <= the baseline's + 10 ms",
+            young <= base + 10,
+            f"{young - base:+.1f} ms",
+        )
 
 
 def servers_for_long(json_response: bool, server: RedisServer) -> dict[str, tuple[Any, str]]:
@@ -191,6 +258,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--mode", choices=["json", "sse", "both"], default="both")
     parser.add_argument("--long-rounds", type=int, default=3, help="0: no one-second calls")
+    parser.add_argument("--stop-trials", type=int, default=8, help="0: no cancel-to-stop")
     asyncio.run(run(parser.parse_args()))
 
 

@@ -27,6 +27,7 @@ from .._in_flight import InFlightTokens, OwnerKey
 from ._codec import netstring
 from ._contracts import SyncCall, SyncOp, SyncReply
 from ._home import HomeLoop
+from ._table import Table
 
 with requires("redis", "RedisStorage"):
     from redis.exceptions import ResponseError
@@ -49,8 +50,6 @@ RECOVERING_SCOPES = 64
 #: of one that was not cancelled, a dead owner's sweep) waits for others to share its
 #: ``SYNC`` (seconds): long calls then cost Redis a fraction of a script call each.
 LINGER = 0.1
-
-RunScript = Callable[..., Awaitable[Any]]
 
 
 class _Write:
@@ -83,10 +82,8 @@ class Journal:
     """The tokens this worker flips and the queue of writes it owes Redis (see the module
     docstring). The token table is safe from any thread; the queue lives on the home loop."""
 
-    home: HomeLoop
-    #: Runs one script: ``run_script(name, argv)``, bounded and translated.
-    run_script: RunScript
-    prefix: bytes
+    #: The table: its home loop, its scripts and its prefix.
+    table: Table
     heartbeat_ms: str
     #: How long, after this worker saw Redis fail, its calls mark the table as recovering
     #: (``P recovering``: cancellations of ids not in flight are refused meanwhile).
@@ -102,6 +99,10 @@ class Journal:
     resynced: Callable[[], None] = lambda: None
     #: A call is tracked in Redis once it has run this long (seconds; 0: at its start).
     delay: float = 0.0
+
+    @property
+    def home(self) -> HomeLoop:
+        return self.table.home
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -571,7 +572,7 @@ class Journal:
                 layout=self.layout,
                 ops=[_op(write, now) for write in writes],
             )
-            return self.run_script("SYNC", sync.argv(self.prefix))
+            return self.table.scripts.run("SYNC", sync.argv(self.table.keys.prefix))
 
         reply = SyncReply.decode(await self.home.call(call, operation))
         if not self.epoch:

@@ -158,9 +158,7 @@ class RedisStorage(Storage):
         # every worker's retry, whose backoff waits at most reconnect_backoff[1].
         self._grace = max(1.0, 2 * reconnect_backoff[1])
         self._journal = Journal(
-            home=self._home,
-            run_script=scripts.run,
-            prefix=self._prefix,
+            table=self._table,
             heartbeat_ms=str(max(1, int(heartbeat_ttl * 1000))),
             # Past a loss or an outage, cancellations of ids not in flight are refused
             # until every worker has had its retry (the backoff's longest wait) twice.
