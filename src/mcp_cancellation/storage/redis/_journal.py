@@ -130,6 +130,8 @@ class Journal:
         # tracked at its start, and claims the row; a stale entry costs one track).
         self._pending: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._flush_now = False  # a reader or close() wants the queue sent at once
+        # Whether the listener hears the seeks: only then may a call stay young.
+        self._hearing = False
         self._beat = False
         #: The table's epoch as this worker last synchronised with it ('' before).
         self.epoch = ""
@@ -215,7 +217,7 @@ class Journal:
         request = (row[0], row[1])
         with self._lock:
             self._tokens.add(*row, token)
-            young = self.delay > 0
+            young = self.delay > 0 and self._hearing
             if young and request in self._pending:
                 del self._pending[request]
                 young = False
@@ -307,6 +309,19 @@ class Journal:
         a later call of the id would claim)."""
         for write in self.promote(scope, key):
             await self._wait(write)
+
+    def hear_seeks(self, hearing: bool) -> None:
+        """The listener hears the seeks from now on, or no longer (on the home loop).
+        Only a worker that hears them keeps calls young: one that stops hearing them
+        tracks its young calls at once, and each new call at its start, until it hears
+        them again (a seek it missed would leave a young call unfound)."""
+        self._hearing = hearing
+        if hearing or self.home.closed:
+            return
+        with self._lock:
+            young, self._young = self._young, OrderedDict()
+        for row, (_, token) in young.items():
+            self._put(_Write("T", row, token))
 
     def sought(self, scope: str, key: str, pending: bool) -> None:
         """A cancellation seeks ``(scope, key)`` (a message on ``P seek``): track its young

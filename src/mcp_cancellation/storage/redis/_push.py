@@ -194,6 +194,8 @@ class Push:
                         delay = self.backoff[0]
                         self.journal.want_resync()  # messages may have been missed
                         self.resubscribed()
+                        if to_bytes(message["channel"]) == seeks:
+                            self.journal.hear_seeks(True)  # (the last channel subscribed)
                     elif kind == subscription.message:
                         source = to_bytes(message["channel"])
                         if source == seeks:
@@ -218,6 +220,7 @@ class Push:
                 self.subscribed = False
             finally:
                 self.subscribed = False
+                self.journal.hear_seeks(False)
                 if pubsub is not None:
                     with contextlib.suppress(Exception):
                         async with asyncio.timeout(timeout):
