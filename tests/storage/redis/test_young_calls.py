@@ -27,6 +27,8 @@ from .test_worker_faults import answer_of, cancelled_with, completed
 pytestmark = pytest.mark.redis
 
 QUIET = {"heartbeat_ttl": 600.0}  # (the loop's heartbeat stays out of the counts)
+#: The registry's default track_wait (the suite sets a shorter one for speed).
+WAIT = 0.5
 
 
 async def test_a_short_call_sends_redis_nothing(make_registry: MakeRegistry, raw: Redis) -> None:
@@ -49,7 +51,7 @@ async def test_a_short_call_sends_redis_nothing(make_registry: MakeRegistry, raw
 async def test_a_call_that_runs_past_its_delay_is_tracked_listed_and_untracked_once(
     make_registry: MakeRegistry, raw: Redis
 ) -> None:
-    worker, operator = make_registry(storage=QUIET), make_registry()
+    worker, operator = make_registry(storage=QUIET), make_registry(track_wait=WAIT)
     storage = worker.storage
     assert isinstance(storage, RedisStorage)
     async with HeldRequest(worker, "long", "s") as token:
@@ -75,7 +77,7 @@ async def _empty(registry: CancellationRegistry) -> bool:
 async def test_a_cancellation_from_another_worker_reaches_a_call_of_any_age(
     make_registry: MakeRegistry, age: float
 ) -> None:
-    worker, other = make_registry(), make_registry()
+    worker, other = make_registry(), make_registry(track_wait=WAIT)
     for trial in range(3):
         request_id = f"call-{trial}"
         async with HeldRequest(worker, request_id, "s") as token:
@@ -96,7 +98,7 @@ async def test_a_mark_reaches_a_young_call_that_started_before_it_and_no_later_o
     """Another worker's tracked call of the id makes the cancellation bind at once (a
     mark, not a wait): the young call that started before the mark is reached when its
     track lands after it; one that starts after the mark is not."""
-    one, two, canceller = make_registry(), make_registry(), make_registry()
+    one, two, canceller = make_registry(), make_registry(), make_registry(track_wait=WAIT)
     async with HeldRequest(one, 7, "s") as tracked_call:
         await async_wait_until(lambda: canceller.in_flight(7, "s"), within=5)
         async with HeldRequest(two, 7, "s") as young:
@@ -114,7 +116,7 @@ async def _tracked_twice(registry: CancellationRegistry) -> bool:
 async def test_a_library_cancel_of_a_young_call_on_another_worker_stops_it(
     make_registry: MakeRegistry,
 ) -> None:
-    worker, other = make_registry(), make_registry()
+    worker, other = make_registry(), make_registry(track_wait=WAIT)
     async with HeldRequest(worker, 3, "s") as token:
         await other.cancel(3, "from code", scope="s")
         await async_wait_until(lambda: token.cancelled, within=5)

@@ -301,7 +301,17 @@ class Journal:
         writes = [_Write("T", row, token) for row, (_, token) in found]
         for write in writes:
             self._put(write)
-        return writes
+        # A track the timer queued may still linger: it is urgent now.
+        lingering = [
+            w
+            for w in self._queue
+            if not w.urgent and w.op == "T" and w.row[0] == scope and w.row[1] == key
+        ]
+        for write in lingering:
+            write.urgent = True
+        if lingering:
+            self._kick()
+        return writes + lingering
 
     async def promoted(self, scope: str, key: str) -> None:
         """:meth:`promote`, and wait for the tracks at most :attr:`wait` (a cancellation
