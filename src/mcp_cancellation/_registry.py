@@ -411,16 +411,18 @@ class CancellationRegistry:
         *,
         tool: str | None = None,
         labels: dict[str, str] | None = None,
+        at_start: bool = False,
     ) -> RequestContext:
         """``async with registry.request(id, scope) as token``: track the request for the
         block, make it the current request for :func:`~mcp_cancellation.cancelled`, then
         untrack it and clear its cancellation whatever the outcome. *tool* names the tool
         it calls, as a metric label (see :attr:`RequestToken.tool`); *labels* are the
         attributes of the operation, as the integration that serves it names them
-        (:attr:`RequestToken.labels`), for ``request.ended``. If it was cancelled, the
-        block's exit sends ``request.stopped``; every block's exit sends
-        ``request.ended``."""
-        token = RequestToken("", scope, tool, labels=labels)
+        (:attr:`RequestToken.labels`), for ``request.ended``; with *at_start*, a shared
+        storage tracks it at its start rather than once it has run its ``track_delay``
+        (long work an operator must always see). If it was cancelled, the block's exit
+        sends ``request.stopped``; every block's exit sends ``request.ended``."""
+        token = RequestToken("", scope, tool, labels=labels, at_start=at_start)
         token._report = self._token_cancelled
         return RequestContext(self, self._owners, self._storage, request_id, token)
 

@@ -58,6 +58,7 @@ class RequestToken:
         "_outcome",
         "_reason",
         "_report",
+        "at_start",
         "cancelled",
         "labels",
         "request_id",
@@ -73,8 +74,13 @@ class RequestToken:
         tool: str | None = None,
         *,
         labels: dict[str, str] | None = None,
+        at_start: bool = False,
     ) -> None:
         self.request_id = request_id
+        #: Whether a shared storage tracks this request at its start, rather than once it
+        #: has run the storage's ``track_delay`` (a task's run: every moment of it is
+        #: listed, and an operator's cancel reaches it).
+        self.at_start = at_start
         self.scope = scope
         #: The tool this request calls, as a metric label (a registered tool's name, or
         #: ``other``), or ``None`` when it is not a tool call or nobody said.

@@ -111,7 +111,10 @@ class TaskRun:
         try:
             # No labels: a task's run is not an MCP operation (its tools/call answered at
             # once, and was counted then).
-            async with registry.request(record.task_id, record.scope, tool=self.tool) as token:
+            # Tracked at its start (never a young call): every moment of a task is listed,
+            # and an operator's cancel reaches it.
+            request = registry.request(record.task_id, record.scope, tool=self.tool, at_start=True)
+            async with request as token:
                 self.token = token
                 if self.fenced:  # (fenced before its request began)
                     registry.cancel_token(token, FENCED)

@@ -217,7 +217,7 @@ class Journal:
         request = (row[0], row[1])
         with self._lock:
             self._tokens.add(*row, token)
-            young = self.delay > 0 and self._hearing
+            young = self.delay > 0 and self._hearing and not token.at_start
             if young and request in self._pending:
                 del self._pending[request]
                 young = False
