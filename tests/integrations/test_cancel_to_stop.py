@@ -193,9 +193,10 @@ async def test_made_up_tool_names_never_become_label_values(
             *,
             tool: str | None = None,
             labels: dict[str, str] | None = None,
+            at_start: bool = False,
         ) -> Any:
             tools.add(tool)
-            return super().request(request_id, scope, tool=tool, labels=labels)
+            return super().request(request_id, scope, tool=tool, labels=labels, at_start=at_start)
 
     harness = serve(
         flavour,

@@ -24,6 +24,8 @@ async def settled(storage: Storage) -> None:
     on the storage makes no round trip of its own (but its heartbeat's)."""
     assert isinstance(storage, RedisStorage)
     await async_wait_until(lambda: storage.subscribed and storage.resyncs >= 1, within=10)
+    if storage.track_delay > 0:  # (and calls stay young: see RedisStorage.keeps_young_calls)
+        await async_wait_until(lambda: storage.keeps_young_calls, within=10)
 
 
 async def command_calls(client: Redis) -> dict[str, int]:

@@ -44,6 +44,10 @@ BATCH = 256
 #: Pending rows this worker remembers (:meth:`Journal.sought`); past it, the oldest is
 #: forgotten, and a call of its request is tracked at its delay, not at its start.
 PENDING_KEPT = 65_536
+#: How long a seek of a waiting cancellation makes a call of its request that starts
+#: here tracked at its start (seconds): longer than the registry's default track_wait
+#: (0.5 s) and the margin a waiting cancellation lives by (``WAIT_MARGIN``, 1 s).
+SEEK_KEPT = 2.0
 #: Scopes one call marks as recovering at most; past it, the whole table.
 RECOVERING_SCOPES = 64
 #: The longest a write nobody waits for (the track of a call that came of age, the end
@@ -126,9 +130,10 @@ class Journal:
         # (_due) tracks each once it is `delay` old.
         self._young: OrderedDict[OwnerKey, tuple[float, RequestToken]] = OrderedDict()
         self._due: asyncio.TimerHandle | None = None
-        # Requests with a pending row, as the seeks told (a hint: a call of one is
-        # tracked at its start, and claims the row; a stale entry costs one track).
-        self._pending: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # Requests a cancellation waits for, as the seeks told: a pending row (no
+        # expiry) or a waiting cancellation (until the loop time given). A hint: a call
+        # of one is tracked at its start, and claims it; a stale entry costs one track.
+        self._pending: OrderedDict[tuple[str, str], float | None] = OrderedDict()
         self._flush_now = False  # a reader or close() wants the queue sent at once
         # Whether the listener hears the seeks: only then may a call stay young.
         self._hearing = False
@@ -219,8 +224,8 @@ class Journal:
             self._tokens.add(*row, token)
             young = self.delay > 0 and self._hearing and not token.at_start
             if young and request in self._pending:
-                del self._pending[request]
-                young = False
+                expires = self._pending.pop(request)
+                young = expires is not None and expires < asyncio.get_running_loop().time()
             if young:
                 started = asyncio.get_running_loop().time()
                 self._young[row] = (started, token)
@@ -260,7 +265,9 @@ class Journal:
             if request in self._undecided and self._all_known(*request):
                 del self._undecided[request]
             young = self._young.pop(row, None) is not None
-        if young and request not in self._pending:
+            # (a pending row's hint: its row may wait in Redis, and the end clears it)
+            row_hinted = request in self._pending and self._pending[request] is None
+        if young and not row_hinted:
             return None
         # (With no delay every write goes at once, as a table tracked at each start
         # expects: an ended call leaves no owner behind for another worker to see.)
@@ -320,6 +327,11 @@ class Journal:
         for write in self.promote(scope, key):
             await self._wait(write)
 
+    @property
+    def hearing(self) -> bool:
+        """Whether calls stay young (see :meth:`hear_seeks`)."""
+        return self._hearing and self.delay > 0
+
     def hear_seeks(self, hearing: bool) -> None:
         """The listener hears the seeks from now on, or no longer (on the home loop).
         Only a worker that hears them keeps calls young: one that stops hearing them
@@ -335,19 +347,30 @@ class Journal:
 
     def sought(self, scope: str, key: str, pending: bool) -> None:
         """A cancellation seeks ``(scope, key)`` (a message on ``P seek``): track its young
-        calls now; with *pending*, remember that a pending row waits for its next call."""
+        calls now, and remember that a cancellation waits for its next call: a pending
+        row (*pending*), or a waiting cancellation, for ``SEEK_KEPT`` seconds (a call
+        that starts meanwhile, its HTTP request on its way when the seek came, is then
+        tracked at its start and claims it)."""
         if pending:
             self.remember_pending([(scope, key)])
+        else:
+            expires = asyncio.get_running_loop().time() + SEEK_KEPT
+            self.remember_pending([(scope, key)], expires)
         self.promote(scope, key)
 
-    def remember_pending(self, requests: Sequence[tuple[str, str]]) -> None:
-        """Keep *requests* as having a pending row (at most ``PENDING_KEPT``)."""
+    def remember_pending(
+        self, requests: Sequence[tuple[str, str]], expires: float | None = None
+    ) -> None:
+        """Keep *requests* as awaited by a cancellation, until the loop time *expires*
+        (``None``: until a call of it claims it), at most ``PENDING_KEPT``."""
         if self.delay <= 0:
             return
         with self._lock:
             pending = self._pending
             for request in requests:
-                pending[request] = None
+                if expires is not None and pending.get(request, 0.0) is None:
+                    continue  # (a pending row's hint outlives a waiting one's)
+                pending[request] = expires
                 pending.move_to_end(request)
             while len(pending) > PENDING_KEPT:
                 pending.popitem(last=False)

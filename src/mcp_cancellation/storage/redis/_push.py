@@ -90,6 +90,9 @@ class Push:
     answered: Callable[[bytes], None]
     #: Called on each (re)subscription: messages may have been missed meanwhile.
     resubscribed: Callable[[], None]
+    #: Called once the seeks' channel is subscribed (the storage then lets calls stay
+    #: young: see Journal.hear_seeks).
+    hearing_seeks: Callable[[], None]
     subscribed: bool = dataclasses.field(default=False, init=False)
     _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list, init=False)
 
@@ -195,7 +198,7 @@ class Push:
                         self.journal.want_resync()  # messages may have been missed
                         self.resubscribed()
                         if to_bytes(message["channel"]) == seeks:
-                            self.journal.hear_seeks(True)  # (the last channel subscribed)
+                            self.hearing_seeks()  # (the last channel subscribed)
                     elif kind == subscription.message:
                         source = to_bytes(message["channel"])
                         if source == seeks:

@@ -180,7 +180,8 @@ class RedisStorage(Storage):
             heartbeat_ttl=heartbeat_ttl,
             backoff=reconnect_backoff,
             answered=self._tasks.pushed,
-            resubscribed=self._resubscribed,
+            resubscribed=self._tasks.wakeups.wake_all,
+            hearing_seeks=self._hearing_seeks,
         )
         self._liveness: Liveness | None = None
         self._reloading: asyncio.Task[None] | None = None
@@ -238,6 +239,12 @@ class RedisStorage(Storage):
         """This storage's table: its keys, home loop and scripts (for the partitioned
         storage and the operator tools, which run their calls on the same loop)."""
         return self._table
+
+    @property
+    def keeps_young_calls(self) -> bool:
+        """Whether a call that starts now stays young (untracked until ``track_delay``):
+        only while the listener hears the seeks, and has read the pending rows."""
+        return self._journal.hearing
 
     @property
     def task_table(self) -> RedisTaskTable:
@@ -535,30 +542,37 @@ class RedisStorage(Storage):
 
     # -- push ----------------------------------------------------------------------------
 
-    def _resubscribed(self) -> None:
-        """On each (re)subscription, on the home loop: messages may have been missed, so
-        the task waiters wake, and the pending rows are read again."""
-        self._tasks.wakeups.wake_all()
-        if self._journal.delay > 0 and (self._reloading is None or self._reloading.done()):
+    def _hearing_seeks(self) -> None:
+        """The listener has subscribed to the seeks (on the home loop): read the pending
+        rows recorded before (their seeks were missed), then let calls stay young."""
+        if self._reloading is None or self._reloading.done():
             self._reloading = asyncio.get_running_loop().create_task(self._reload_pending())
 
     async def _reload_pending(self) -> None:
         """Read which requests have a pending row (``HSCAN`` of ``P reasons``, a thousand
-        a page, each page bounded), so that a call of one is tracked at its start."""
+        a page, each page bounded), so that a call of one is tracked at its start; only
+        then may calls stay young. Retried every second while Redis cannot answer (calls
+        are tracked at their start meanwhile)."""
+        if self._journal.delay <= 0:
+            return
         reasons = self._table.keys.reasons
-        found: list[tuple[str, str]] = []
-        cursor = 0
-        try:
-            while True:
-                page = functools.partial(self._redis.hscan, reasons, cursor, count=1000)
-                cursor, rows = await self._home.call(page, "get")  # (a read)
-                pairs = cast(dict[bytes, bytes], rows)
-                found += [split_member(m) for m, v in pairs.items() if v[:1] == b"*"]
-                if not cursor:
-                    break
-        except StorageUnavailable:
-            return  # the next subscription reads them again
-        self._journal.remember_pending(found)
+        while self._push.subscribed:
+            found: list[tuple[str, str]] = []
+            cursor = 0
+            try:
+                while True:
+                    page = functools.partial(self._redis.hscan, reasons, cursor, count=1000)
+                    cursor, rows = await self._home.call(page, "get")  # (a read)
+                    pairs = cast(dict[bytes, bytes], rows)
+                    found += [split_member(m) for m, v in pairs.items() if v[:1] == b"*"]
+                    if not cursor:
+                        break
+            except StorageUnavailable:
+                await asyncio.sleep(1.0)
+                continue
+            self._journal.remember_pending(found)
+            self._journal.hear_seeks(True)
+            return
 
     @property
     def heartbeats(self) -> int:
