@@ -54,15 +54,20 @@ RECOVERING_SCOPES = 64
 #: of one that was not cancelled, a dead owner's sweep) waits for others to share its
 #: ``SYNC`` (seconds): long calls then cost Redis a fraction of a script call each.
 LINGER = 0.1
+#: The same for the end of a call that was not cancelled, and a dead owner's sweep: it
+#: only removes an owner (no later call can be reached by what it leaves meanwhile, and
+#: an operator sees the call half a second longer).
+LINGER_END = 0.5
 
 
 class _Write:
     """One queued write: ``T`` track, ``U`` untrack, ``S`` sweep (a dead owner's: the
     row goes if no owner is left), ``F`` finish (untrack and clear). One that is not
-    *urgent* (nobody waits for it) may linger ``LINGER`` seconds, so that more share its
+    *urgent* (nobody waits for it) may linger (``LINGER``, ``LINGER_END`` for an end), so
+    that more share its
     ``SYNC``."""
 
-    __slots__ = ("done", "op", "queued_at", "row", "token", "urgent")
+    __slots__ = ("done", "linger", "op", "queued_at", "row", "token", "urgent")
 
     def __init__(
         self, op: str, row: OwnerKey, token: RequestToken | None = None, *, urgent: bool = True
@@ -71,6 +76,8 @@ class _Write:
         self.row = row
         self.token = token
         self.urgent = urgent
+        #: How long it may wait for others, when it is not urgent (seconds).
+        self.linger = LINGER_END if op in ("F", "S") else LINGER
         #: Set when Redis took the write, or when its waiter stops waiting.
         self.done: asyncio.Future[None] | None = None
         self.queued_at = 0.0
@@ -487,8 +494,10 @@ class Journal:
             if not (self._resync_wanted or self._beat or self._flush_now) and not any(
                 write.urgent for write in self._queue[:BATCH]
             ):
-                # Nobody waits for these writes: let more join them, for at most LINGER.
-                linger = self._queue[0].queued_at + LINGER - loop.time()
+                # Nobody waits for these writes: let more join them, each for at most its
+                # linger.
+                due = min(write.queued_at + write.linger for write in self._queue[:BATCH])
+                linger = due - loop.time()
                 if linger > 0:
                     self._wake.clear()
                     with contextlib.suppress(TimeoutError):
