@@ -229,7 +229,7 @@ class Journal:
         request = (row[0], row[1])
         with self._lock:
             self._tokens.add(*row, token)
-            young = self.delay > 0 and self._hearing and not token.at_start
+            young = self.hearing and not token.at_start
             if young and request in self._pending:
                 expires = self._pending.pop(request)
                 young = expires is not None and expires < asyncio.get_running_loop().time()
