@@ -2,6 +2,7 @@
 CancellationMiddleware. Its tools: ``slow_count`` (polls its cancellation, reports
 progress), ``stubborn`` (ignores it), ``ask_name`` (elicits), ``sized`` (a result of a
 given size), ``broken`` (a tool error), ``blocking`` (blocks its event loop),
+``holding`` (holds the interpreter lock, as one long C call does),
 ``ask_both`` (two questions at once), ``server_requests`` (sampling, roots and a URL
 elicitation, and a log message) and ``quick`` (a plain tool, never a task). A tool given
 a ``marker`` sets that key in the Redis at ``$MCP_BENCH_MARKER_URL`` once it ends.
@@ -43,6 +44,7 @@ TASK_TOOLS = {
     "sized",
     "broken",
     "blocking",
+    "holding",
     "ask_both",
     "server_requests",
     "input_first",
@@ -63,6 +65,15 @@ def mark_stopped(key: str) -> None:
     if url:
         with Redis.from_url(url) as client:
             client.set(key, "1", ex=60)
+
+
+def hold_the_gil(seconds: float) -> None:
+    """Hold the interpreter lock for *seconds*, as one long C call does (a regular
+    expression, ``sum(range(n))``): ``sleep`` called through ``ctypes.PyDLL`` keeps the
+    lock, so no thread of the process runs meanwhile."""
+    import ctypes
+
+    ctypes.PyDLL(None).usleep(int(seconds * 1_000_000))
 
 
 def ask_for_name() -> ElicitRequest:
@@ -114,6 +125,14 @@ def build_tasks_app(registry: CancellationRegistry, **options: Any) -> Any:
         if marker:
             mark_stopped(marker)
         return f"blocked {seconds:g}s"
+
+    @server.tool()
+    async def holding(seconds: float, marker: str = "") -> str:
+        await asyncio.sleep(0.3)  # (its task is recorded meanwhile: the hold comes after)
+        hold_the_gil(seconds)
+        if marker:
+            mark_stopped(marker)
+        return f"held {seconds:g}s"
 
     @server.tool()
     async def ask_both(ctx: Context) -> str:

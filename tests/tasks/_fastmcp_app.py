@@ -23,7 +23,7 @@ from mcp_cancellation.integrations.fastmcp import fastmcp_middleware, tool_names
 from mcp_cancellation.tasks import FastMCPTasksExtension
 from mcp_cancellation.telemetry import metrics_app
 
-from ._app import ask_for_name, mark_stopped, serve
+from ._app import ask_for_name, hold_the_gil, mark_stopped, serve
 
 
 class Name(BaseModel):
@@ -63,6 +63,14 @@ def build_fastmcp_tasks_app(registry: CancellationRegistry, **options: Any) -> A
         if marker:
             mark_stopped(marker)
         return f"blocked {seconds:g}s"
+
+    @mcp.tool(task=optional)
+    async def holding(seconds: float, marker: str = "") -> str:
+        await asyncio.sleep(0.3)  # (its task is recorded meanwhile: the hold comes after)
+        hold_the_gil(seconds)
+        if marker:
+            mark_stopped(marker)
+        return f"held {seconds:g}s"
 
     @mcp.tool(task=optional)
     async def ask_name(ctx: Context) -> str:

@@ -19,6 +19,9 @@ import pytest
 from redis.asyncio import Redis
 
 from mcp_cancellation.storage.redis import RedisStorage
+from mcp_cancellation.storage.redis._contracts import CleanupCall, CleanupReply, TaskReapCall
+from mcp_cancellation.storage.redis._scripts import source
+from mcp_cancellation.storage.redis._table import Keys, table_prefix
 
 from ..support import RedisServer, async_wait_until
 from ._workers import Caller, TaskWorker
@@ -398,3 +401,142 @@ async def test_a_rolling_restart_leaves_no_task_working(
             assert listed["status"] == "failed"
     finally:
         workers.stop()
+
+
+async def test_a_tool_that_holds_the_interpreter_lock_past_the_heartbeat_ttl_lives(
+    redis_server: RedisServer, http: httpx.AsyncClient
+) -> None:
+    # One C call holds the lock 3.5 s (3.5 heartbeat TTLs): no thread of the worker runs,
+    # yet its task never reads failed, and ends once, completed.
+    workers = Pair(redis_server.url, heartbeat_ttl=1.0)
+    try:
+        a, b = workers.a, workers.b
+        caller = Caller(http, address())
+        before = [await _scrape(http, w) for w in (a, b)]
+        task_id = await caller.create(a.url, "holding", {"seconds": 3.5})
+        seen: set[str] = set()
+
+        async def done() -> bool:
+            status = (await caller.get(b.url, task_id))["status"]
+            seen.add(status)
+            return status in ("completed", "failed", "cancelled")
+
+        await async_wait_until(done, within=20, interval=0.1)
+        ended = await caller.get(b.url, task_id)
+        assert ended["status"] == "completed", ended
+        assert ended["result"]["content"][0]["text"] == "held 3.5s"
+        assert seen <= {"working", "completed"}, seen
+        after = [await _scrape(http, w) for w in (a, b)]
+        assert ended_count(after, "holding") - ended_count(before, "holding") == 1
+    finally:
+        workers.stop()
+
+
+async def test_a_fenced_tool_is_interrupted_at_once_not_after_kill_after(
+    redis_server: RedisServer, http: httpx.AsyncClient, markers: str, raw: Redis
+) -> None:
+    # A tool that awaits and never looks at its cancellation, due to do its side effect
+    # 9 s after it starts; its worker frozen past its heartbeat, its task failed; back,
+    # the worker stops the tool at once: kill_after (10 s here) does not apply, and the
+    # side effect never lands after the client read "failed".
+    workers = Pair(redis_server.url, heartbeat_ttl=1.0, kill_after=10.0)
+    try:
+        a, b = workers.a, workers.b
+        caller = Caller(http, address())
+        marker = f"fenced-{uuid.uuid4().hex}"
+        started = time.monotonic()
+        task_id = await caller.create(a.url, "stubborn", {"seconds": 9, "marker": marker})
+        await until_status(caller, b.url, task_id, {"working"})
+        os.kill(a.process.pid, signal.SIGSTOP)
+        try:
+            failed = await until_status(caller, b.url, task_id, {"failed"}, within=15)
+        finally:
+            os.kill(a.process.pid, signal.SIGCONT)
+        assert failed["statusMessage"] == DEAD
+        assert time.monotonic() - started < 7, "too slow a machine for this test's timing"
+        await async_wait_until(lambda: "was ended while" in a.output(), within=10)
+        # (The side effect was due 9 s after the start: give it that, and a second more.)
+        await asyncio.sleep(max(0.0, started + 10 - time.monotonic()))
+        assert not await raw.exists(marker), "the fenced tool's side effect landed"
+        assert (await caller.get(b.url, task_id))["status"] == "failed"
+    finally:
+        workers.stop()
+
+
+async def _judge_right_after_a_stall(url: str, prefix: str, seconds: float) -> tuple[int, int]:
+    """Stall Redis *seconds* with ``DEBUG SLEEP``, and judge the workers (``TASK_REAP``,
+    then ``CLEANUP``, as another worker's reaper and janitor would) in the same pipeline:
+    Redis runs them right after the sleep, before any worker could beat again. The tasks
+    they ended and the owners they swept."""
+    client = Redis.from_url(url)
+    try:
+        keys = Keys(table_prefix(prefix))
+        reap = TaskReapCall("1000", "dead", "0", 100, "dead", 60_000)
+        cleanup = CleanupCall("a-judge", None, 100, "1000")
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command("DEBUG", "SLEEP", str(seconds))
+        pipe.eval(source("TASK_REAP"), 1, keys.scopes, *reap.argv(keys.prefix))
+        pipe.eval(source("CLEANUP"), 1, keys.scopes, *cleanup.argv(keys.prefix))
+        _, reaped, cleaned = await pipe.execute()
+        return len(TaskReapCall.decode(reaped)), CleanupReply.decode(cleaned).in_flight_removed
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("how", "stall"), [("sigstop", 2.5), ("sigstop", 6.0), ("debug-sleep", 2.5)]
+)
+async def test_a_redis_stall_past_the_heartbeat_ttl_fails_no_live_worker_s_task(
+    http: httpx.AsyncClient, how: str, stall: float
+) -> None:
+    # redis-server itself stalls (SIGSTOP, DEBUG SLEEP: a slow fork, a failover, a paused
+    # VM) for several heartbeat TTLs while six tasks run on two healthy workers, some of
+    # them due to end during the stall: by Redis's clock every heartbeat lapsed, yet the
+    # table was not running, so no worker is dead, even to a judge that runs first when
+    # Redis answers again. Every task ends completed, and each end is counted once, those
+    # whose write timed out during the stall too.
+    with RedisServer("--enable-debug-command", "yes") as server:
+        workers = Pair(server.url, heartbeat_ttl=1.0)
+        try:
+            a, b = workers.a, workers.b
+            tasks: list[tuple[Caller, str]] = []
+            callers = [Caller(http, address()), Caller(http, address())]  # (3 tasks a scope)
+            for i in range(6):
+                caller = callers[i // 3]
+                worker = (a, b)[i % 2]
+                steps = 30 + 60 * i  # ends from 0.6 s to 7 s after the stall starts
+                args = {"n": steps, "step": 0.02}
+                tasks.append((caller, await caller.create(worker.url, "slow_count", args)))
+            before = [await _scrape(http, w) for w in (a, b)]
+            if how == "debug-sleep":
+                assert await _judge_right_after_a_stall(server.url, workers.prefix, stall) == (0, 0)
+            else:
+                assert server.process is not None
+                os.kill(server.process.pid, signal.SIGSTOP)
+                try:
+                    await asyncio.sleep(stall)  # (the fault itself: Redis stopped this long)
+                finally:
+                    os.kill(server.process.pid, signal.SIGCONT)
+            ends: dict[str, dict[str, object]] = {}
+
+            async def all_ended() -> bool:
+                for caller, task_id in tasks:
+                    if task_id not in ends:
+                        found = await caller.get(b.url, task_id)
+                        assert found["status"] != "failed", found
+                        if found["status"] in ("completed", "cancelled"):
+                            ends[task_id] = found
+                return len(ends) == len(tasks)
+
+            await async_wait_until(all_ended, within=60, interval=0.2)
+            assert {found["status"] for found in ends.values()} == {"completed"}
+
+            async def counted() -> bool:
+                after = [await _scrape(http, w) for w in (a, b)]
+                return ended_count(after, "slow_count") - ended_count(before, "slow_count") >= 6
+
+            await async_wait_until(counted, within=30, interval=0.2)
+            after = [await _scrape(http, w) for w in (a, b)]
+            assert ended_count(after, "slow_count") - ended_count(before, "slow_count") == 6
+        finally:
+            workers.stop()

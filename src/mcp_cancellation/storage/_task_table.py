@@ -26,6 +26,7 @@ from typing import Literal
 
 __all__ = [
     "ACTIVE",
+    "ENDER",
     "LISTED",
     "STATUSES",
     "TERMINAL",
@@ -41,6 +42,9 @@ __all__ = [
 STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
 #: The statuses a task ends in; a task in one never changes again.
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
+#: The field an end carries its writer's id in: the same end written again (a retry
+#: after a call that timed out yet ran) is taken as written, and reported once.
+ENDER = ".ender"
 #: The statuses of a task whose work is running.
 ACTIVE = frozenset({"working", "input_required"})
 
@@ -195,7 +199,8 @@ class TaskTable(abc.ABC):
     async def write(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
         """Write *fields* (and drop the ``i:``/``a:`` fields named with an empty value)
         on a task not yet ended; ``False`` when it is unknown or ended (nothing written).
-        A terminal ``status`` ends the task: it expires ``ttl_ms`` from now."""
+        A terminal ``status`` ends the task: it expires ``ttl_ms`` from now. An end
+        written again with the same :data:`ENDER` field is ``True`` (written, once)."""
 
     @abc.abstractmethod
     async def answer(self, scope: str, task_id: str, answers: Mapping[str, str]) -> bool:
@@ -292,8 +297,10 @@ class MemoryTaskTable(TaskTable):
     async def write(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
         with self._lock:
             current = self._live(scope, task_id)
-            if current is None or current.get("status") in TERMINAL:
+            if current is None:
                 return False
+            if current.get("status") in TERMINAL:
+                return ENDER in fields and current.get(ENDER) == fields[ENDER]
             for name, value in fields.items():
                 if value == "" and name[:2] in (INPUT_PREFIX, ANSWER_PREFIX):
                     current.pop(name, None)

@@ -17,13 +17,14 @@ import itertools
 import json
 import logging
 import time
+import uuid
 from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import REQUEST_CANCELLED, RequestCancelled, StorageUnavailable
 from .._extras import requires
 from .._token import cancellation_error_type
 from ..signals import task_ended
-from ..storage._task_table import ANSWER_PREFIX, INPUT_PREFIX, TERMINAL, TaskRecord
+from ..storage._task_table import ANSWER_PREFIX, ENDER, INPUT_PREFIX, TERMINAL, TaskRecord
 
 with requires("mcp", "mcp_cancellation.tasks"):
     from mcp.server.session import ServerSession
@@ -98,6 +99,8 @@ class TaskRun:
         self.finished = asyncio.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+        #: The tool's asyncio task while it runs (a fence cancels it at once).
+        self._tool: asyncio.Future[Any] | None = None
         #: Set by the extension: the task is recorded (:attr:`recorded`) or not.
         self.decided = asyncio.Event()
         self.recorded = False
@@ -159,7 +162,9 @@ class TaskRun:
         """Run the tool; its end as (status, encoded result, encoded error)."""
         session = _TaskSession(self.ctx.session, self, token)
         task_ctx = dataclasses.replace(self.ctx, session=cast("ServerSession", session))
-        work = asyncio.ensure_future(self.call_next(task_ctx))
+        work = self._tool = asyncio.ensure_future(self.call_next(task_ctx))
+        if self.fenced:
+            work.cancel()
         self.started.set()
         kill_after = self.extension.kill_after
         # (With no kill_after there is nothing to watch: the run just waits for its tool.)
@@ -181,7 +186,7 @@ class TaskRun:
         try:
             value = await work
         except asyncio.CancelledError as exc:
-            if not killed:
+            if not (killed or self.fenced):
                 raise
             self.error = exc
             return self._cancelled()
@@ -209,8 +214,10 @@ class TaskRun:
         return "cancelled", None, _error(REQUEST_CANCELLED, "Task cancelled")
 
     def fence(self) -> None:
-        """The task ended elsewhere (failed while this worker did not answer): stop the
-        tool as a cancellation (``kill_after`` applies) and write nothing more."""
+        """The task ended elsewhere (failed while this worker did not answer), and its
+        client may have read that end: the tool is interrupted at once, at its next await
+        (``kill_after`` does not apply: nothing it does now can be reported), and nothing
+        more is written. A tool in a thread runs on until it polls ``cancelled()``."""
         if self.fenced:
             return
         self.fenced = True
@@ -220,6 +227,8 @@ class TaskRun:
         )
         if self.token is not None:
             self.extension.registry.cancel_token(self.token, FENCED)
+        if self._tool is not None:
+            self._tool.cancel()
 
     def stop(self) -> None:
         """The server stops: cancel the tool (``kill_after`` applies); it ends ``failed``."""
@@ -239,7 +248,9 @@ class TaskRun:
         if self.fenced:
             return
         record = self.record
-        fields = {"status": status, "updated": str(now_ms())}
+        # (Its '.ender': should a call time out and run all the same, the write retried
+        # is taken as written, and this run reports the end it wrote.)
+        fields = {"status": status, "updated": str(now_ms()), ENDER: uuid.uuid4().hex}
         if result is not None:
             fields["result"] = result
         if error is not None:

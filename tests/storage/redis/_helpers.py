@@ -6,12 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import Connection
 
 from mcp_cancellation.scope import scope_kind
 from mcp_cancellation.storage import Storage
 from mcp_cancellation.storage.redis import RedisStorage
+from mcp_cancellation.storage.redis._operator_view import beat_lives
 
 from ...support import async_wait_until
 from ._workers import Worker
@@ -89,3 +90,23 @@ async def assert_layout_in_step(raw: Any, storage: RedisStorage) -> dict[str, in
 
 
 StartWorkers = Callable[..., list[Worker]]
+
+
+async def lives(
+    raw: Redis | RedisCluster, prefix: str, worker: str, heartbeat_ms: int = 8000
+) -> bool:
+    """Whether the table takes *worker* for alive now, as a judge with a *heartbeat_ms*
+    TTL does (lua/liveness.lua): its last beat (``P hb:<worker>``, ``<table ms>:<its
+    TTL>``) lags the table's clock (``P pulse`` advanced by Redis's time since, by at
+    most 3/8 of the TTL) by at most its TTL."""
+    pipe = raw.pipeline(transaction=True)
+    pipe.time()
+    pipe.get(f"{{{prefix}}}:pulse")
+    pipe.get(f"{{{prefix}}}:hb:{worker}")
+    (seconds, micros), pulse, beat = await pipe.execute()
+    now = int(seconds) * 1000 + int(micros) // 1000
+    clock = now
+    if pulse is not None:
+        last, _, at = pulse.decode().partition(":")
+        clock = int(at) + max(0, min(now - int(last), heartbeat_ms * 3 // 8))
+    return beat_lives(beat, clock)

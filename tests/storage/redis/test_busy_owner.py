@@ -103,3 +103,39 @@ async def test_a_push_applied_late_never_cancels_a_call_that_reuses_the_id(
 
 #: Trials of the reused-id race (each takes about a second and a half).
 REUSE_TRIALS = 12
+
+
+#: (SSE or JSON, the call's age when the loop blocks: before its cancellation's seek
+#: arrives, or before the timer's track).
+SHAPES = [pytest.param(0, 50, id="json-before-seek"), pytest.param(1, 150, id="sse-before-timer")]
+
+
+@pytest.mark.parametrize(("sse", "age_ms"), SHAPES)
+@pytest.mark.parametrize("busy_ms", [300, 800, 2000, 5000])
+async def test_a_202_stops_a_young_call_however_long_its_owner_s_loop_is_blocked(
+    redis_server: RedisServer,
+    start_workers: StartWorkers,
+    http: httpx.AsyncClient,
+    busy_ms: int,
+    age_ms: int,
+    sse: int,
+) -> None:
+    # The call is young (untracked) when its worker's loop blocks: before the seek of
+    # its cancellation arrives (50 ms), or before the timer's track (150 ms). The
+    # cancellation sent to the idle worker 20 ms later waits track_wait (0.5 s), lapses
+    # and is answered 202: the lapsed cancellation still stops the call once the loop
+    # runs again, and never the call that reuses the id right after the 202.
+    owner, idle = start_workers(redis_server, track_wait=0.5, sse=sse)
+    for trial in range(2 if busy_ms < 2000 else 1):
+        request_id = 500 + trial
+        call = asyncio.create_task(http.post(owner.url, json=call_body(request_id, 30)))
+        await asyncio.sleep(age_ms / 1000)  # (the call's age when the loop blocks)
+        busy = asyncio.create_task(hog(http, owner, busy_ms))
+        await asyncio.sleep(0.02)
+        answer = await http.post(idle.url, json=cancel_body(request_id, f"trial {trial}"))
+        assert answer.status_code == 202, answer.text
+        reused = asyncio.create_task(http.post(owner.url, json=call_body(request_id, 1)))
+        response = await asyncio.wait_for(call, 30)
+        assert cancelled_with(response) == f"trial {trial}", "it ran on behind a 202"
+        assert completed(await asyncio.wait_for(reused, 30), 1), "the reused id was cancelled"
+        await busy

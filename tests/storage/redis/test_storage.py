@@ -27,7 +27,14 @@ from mcp_cancellation.storage._base import Limits
 from mcp_cancellation.storage.redis import RedisStorage
 
 from ...support import HeldRequest, MakeRegistry, RedisServer, async_wait_until, env
-from ._helpers import CountingConnection, MakeStorage, calls_between, command_calls, settled
+from ._helpers import (
+    CountingConnection,
+    MakeStorage,
+    calls_between,
+    command_calls,
+    lives,
+    settled,
+)
 
 pytestmark = pytest.mark.redis
 
@@ -311,21 +318,21 @@ async def test_heartbeat_keeps_a_live_workers_rows(
     async with tool_worker.request(1, "s"):
         await async_wait_until(lambda: raw.exists(heartbeat))  # (the first beat)
         refreshes = 0
-        last = await raw.pttl(heartbeat)
+        last = await raw.get(heartbeat)
 
         async def refreshed() -> bool:
-            # Never missing, and the janitor never sweeps the live worker's row.
+            # Never lapsed, and the janitor never sweeps the live worker's row.
             nonlocal refreshes, last
-            remaining = await raw.pttl(heartbeat)
-            assert remaining > 0, "the live worker's heartbeat expired"
+            assert await lives(raw, prefix, tool_worker.instance_id, 3000), "it lapsed"
             assert await janitor.cleanup() == (0, 0)
-            if remaining > last:
+            beat = await raw.get(heartbeat)
+            if beat != last:
                 refreshes += 1
-            last = remaining
+            last = beat
             return refreshes >= 4
 
-        # Four refreshes span three intervals, a whole TTL: without them the key, and
-        # with it the worker's rows, would be gone.
+        # Four refreshes span three intervals, a whole TTL: without them the worker would
+        # lapse, and its rows would be gone.
         await async_wait_until(refreshed, within=30, interval=0.05)
         assert await janitor.in_flight(1, scope="s")
 
@@ -353,8 +360,8 @@ async def test_rows_of_a_worker_whose_heartbeat_expired_are_removed(
     async with dying.request("orphan", "s"):
         await storage.aclose()  # ... but this one is left behind by a dead worker
     assert await janitor.in_flight("orphan", scope="s")
-    heartbeat = f"{{{prefix}}}:hb:{dying.instance_id}"
-    await async_wait_until(lambda: _missing(raw, heartbeat), within=5)
+    # (Dead once its beats lag the table's clock, which the janitor's beats advance.)
+    await async_wait_until(lambda: _dead(raw, prefix, dying.instance_id), within=10)
     # Every in-flight row of the dead worker goes: the orphan, and "long" too if a resync
     # (after the subscription, or a lapsed 0.3 s heartbeat on a loaded machine) re-tracked
     # it while it finished; the worker's next resync would have released it, but a dead
@@ -368,8 +375,8 @@ async def test_rows_of_a_worker_whose_heartbeat_expired_are_removed(
     assert await _keys(raw, f"{{{prefix}}}:w:*") == []
 
 
-async def _missing(raw: Redis, key: str) -> bool:
-    return not await raw.exists(key)
+async def _dead(raw: Redis, prefix: str, worker: str) -> bool:
+    return not await lives(raw, prefix, worker)
 
 
 async def test_quota_rejects_across_workers(make_registry: MakeRegistry) -> None:

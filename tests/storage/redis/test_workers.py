@@ -17,7 +17,7 @@ from mcp_cancellation.storage.redis import RedisStorage
 
 from ...jsonrpc import SSE_AND_JSON, cancel_body
 from ...support import RedisServer, async_wait_until
-from ._helpers import StartWorkers
+from ._helpers import StartWorkers, lives
 from ._workers import CALLER, call_body, empty, tracked
 
 pytestmark = [pytest.mark.redis, pytest.mark.e2e]
@@ -68,18 +68,16 @@ async def test_a_killed_workers_rows_go_after_the_heartbeat_ttl(
     flight = observer.key("f:", f"{len(CALLER)}:{CALLER}3")
     (track,) = await observer.client.hvals(flight)  # sequence, start, worker, tool
     assert isinstance(track, bytes)
-    heartbeat = observer.key("hb:", track.decode().split("\t")[2])
+    worker = track.decode().split("\t")[2]
     doomed.kill()
     with pytest.raises(httpx.TransportError):
         await call
 
-    # The worker died without a word: its row stays exactly as long as its heartbeat key
-    # lives (one snapshot of both per check), then the survivor's janitor removes it.
+    # The worker died without a word: its row stays as long as its heartbeat lives (the
+    # row read after the heartbeat, in each check), then the survivor's janitor removes it.
     async def removed_after_heartbeat() -> bool:
-        pipe = observer.client.pipeline(transaction=True)
-        pipe.exists(heartbeat)
-        pipe.exists(flight)
-        beating, row = await pipe.execute()
+        beating = await lives(observer.client, observer.prefix, worker, 1000)
+        row = await observer.client.exists(flight)
         assert row or not beating, "the row went while the worker's heartbeat lived"
         return not row
 

@@ -180,3 +180,38 @@ async def test_a_library_cancel_recorded_before_a_call_makes_it_start_cancelled(
 
 async def _cleared(registry: CancellationRegistry, request_id: int) -> bool:
     return not await registry.is_cancelled(request_id, scope=CALLER)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("killed", ["before", "with", "after"])
+async def test_a_pending_cancellation_is_claimed_by_the_first_call_whatever_the_subscription_does(
+    redis_server: RedisServer,
+    start_workers: StartWorkers,
+    http: httpx.AsyncClient,
+    observer: RedisStorage,
+    raw: Redis,
+    killed: str,
+) -> None:
+    """The worker's pub/sub connection is killed just before, with, or right after a
+    library ``cancel()`` of a request not yet started (the client reconnects and
+    resubscribes under the listener; a seek published meanwhile is lost): the first call
+    of the id, shorter than the track delay, starts cancelled all the same, and the next
+    call of the id, never."""
+    (owner,) = start_workers(redis_server, count=1)
+    canceller = CancellationRegistry(observer, janitor_interval=None)
+    assert completed(await http.post(owner.url, json=call_body(1, 0)), 0)  # (listening)
+    for trial in range(8):
+        request_id = 700 + trial
+        cancel = canceller.cancel(request_id, f"early {trial}", scope=CALLER)
+        if killed == "before":
+            await raw.client_kill_filter(_type="pubsub")
+            await cancel
+        elif killed == "with":
+            await asyncio.gather(raw.client_kill_filter(_type="pubsub"), cancel)
+        else:
+            await cancel
+            await raw.client_kill_filter(_type="pubsub")
+        first = await http.post(owner.url, json=call_body(request_id, 0))
+        assert cancelled_with(first) == f"early {trial}", answer_of(first)
+        second = await http.post(owner.url, json=call_body(request_id, 0))
+        assert completed(second, 0), f"trial {trial}: a later call took the cancellation"

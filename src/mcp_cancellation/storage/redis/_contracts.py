@@ -19,6 +19,7 @@ from .._task_table import Created
 from ._codec import collect_evicted, decode_reason, encode_reason, split_member, text, to_bytes
 
 __all__ = [
+    "BeatCall",
     "AddCall",
     "Claim",
     "AddReply",
@@ -128,9 +129,20 @@ class WithdrawCall:
     scope: str
     key: str
     waiter: str
+    #: How long an unclaimed one is kept as a lapsed cancellation (ms; 0: not kept).
+    lapse_ms: int = 0
+    #: The most lapsed cancellations its scope keeps (the oldest go first).
+    kept: int = 0
 
     def argv(self, prefix: bytes) -> Argv:
-        return [prefix, to_bytes(self.scope), to_bytes(self.key), self.waiter]
+        return [
+            prefix,
+            to_bytes(self.scope),
+            to_bytes(self.key),
+            self.waiter,
+            str(self.lapse_ms),
+            str(self.kept),
+        ]
 
     @staticmethod
     def claimed(reply: Any) -> bool:
@@ -242,9 +254,21 @@ class CleanupCall:
     worker: str
     ttl_us: int | None
     batch: int
+    heartbeat_ms: str
 
     def argv(self, prefix: bytes) -> Argv:
-        return [prefix, self.worker, _optional(self.ttl_us), str(self.batch)]
+        return [prefix, self.worker, _optional(self.ttl_us), str(self.batch), self.heartbeat_ms]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BeatCall:
+    """``BEAT``'s arguments (lua/beat.lua); its reply is 0 lived, 1 lapsed, 2 none."""
+
+    worker: str
+    heartbeat_ms: str
+
+    def argv(self, prefix: bytes) -> Argv:
+        return [prefix, self.worker, self.heartbeat_ms]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -350,6 +374,8 @@ class TaskGetCall:
     orphan_error: str
     now_ms: str
     message: str
+    #: How long an end it makes is its caller's to report (ms; see :class:`TaskReapCall`).
+    lease_ms: int
 
     def argv(self, prefix: bytes) -> Argv:
         return [
@@ -360,6 +386,7 @@ class TaskGetCall:
             self.orphan_error,
             self.now_ms,
             self.message,
+            str(self.lease_ms),
         ]
 
     @staticmethod
@@ -420,6 +447,10 @@ class TaskReapCall:
     now_ms: str
     batch: int
     message: str
+    #: How long an orphaned end handed to the caller is its alone to report (ms).
+    lease_ms: int
+    #: The orphaned ends the caller reported since its last call (members).
+    acks: Sequence[bytes] = ()
 
     def argv(self, prefix: bytes) -> Argv:
         return [
@@ -429,15 +460,18 @@ class TaskReapCall:
             self.now_ms,
             str(self.batch),
             self.message,
+            str(self.lease_ms),
+            *self.acks,
         ]
 
     @staticmethod
-    def decode(reply: list[Any]) -> list[tuple[str, str, dict[str, str]]]:
-        """The tasks this call ended: ``(scope, task id, {tool, created})`` each."""
+    def decode(reply: list[Any]) -> list[tuple[bytes, str, str, dict[str, str]]]:
+        """The orphaned ends handed to the caller to report: ``(member, scope, task id,
+        {tool, created})`` each."""
         ended = []
         for i in range(0, len(reply) - 2, 3):
-            scope, task_id = split_member(reply[i])
-            ended.append(
-                (scope, task_id, {"tool": text(reply[i + 1]), "created": text(reply[i + 2])})
-            )
+            m = to_bytes(reply[i])
+            scope, task_id = split_member(m)
+            fields = {"tool": text(reply[i + 1]), "created": text(reply[i + 2])}
+            ended.append((m, scope, task_id, fields))
         return ended

@@ -110,6 +110,10 @@ class Journal:
     resynced: Callable[[], None] = lambda: None
     #: A call is tracked in Redis once it has run this long (seconds; 0: at its start).
     delay: float = 0.0
+    #: Whether the subscription that hears the seeks is still the one that was heard
+    #: (its connection open, not replaced by a reconnection): asked as each call starts,
+    #: so that a drop the listener has not noticed yet never lets a call stay young.
+    ear: Callable[[], bool] = lambda: True
 
     @property
     def home(self) -> HomeLoop:
@@ -227,6 +231,8 @@ class Journal:
         a request with a pending row is tracked at once: it claims the row and starts
         cancelled)."""
         request = (row[0], row[1])
+        if self.hearing and not self.ear():
+            self.hear_seeks(False)  # (a seek sent since may be lost: track them all)
         with self._lock:
             self._tokens.add(*row, token)
             young = self.hearing and not token.at_start

@@ -1,39 +1,39 @@
-"""This worker's heartbeat, kept by a thread of its own (private).
+"""This worker's heartbeat, beaten from outside its event loop and its interpreter lock
+(private).
 
-The heartbeat says "this process lives": a thread with its own connection beats while
-the process runs, whatever its event loop does (a tool that blocks it, CPU work, a long
-garbage collection), so a busy worker is never taken for dead. Only a process that
-stops (SIGKILL, a crash) or is frozen (SIGSTOP, a paused VM) lets it lapse. A frozen
-process that comes back finds its heartbeat gone at its next beat: others may have acted
-on its silence (swept its rows, failed its tasks), so it resyncs at once
-(docs/architecture.md, "A worker's own state").
+The heartbeat says "this process lives": a beater beats while the process runs, whatever
+its event loop does (a tool that blocks it, CPU work, a long garbage collection) and
+whatever holds its interpreter lock (one long C call), so a busy worker is never taken
+for dead. The beater is a small process of its own (``_beater.py``) that watches its
+parent: it stops beating while the worker is stopped (SIGSTOP, a paused VM) and exits
+when it is gone (SIGKILL, a crash). Where no such process can be had (no ``/proc``, or
+settings that cannot be handed to one) it is a thread of the worker, which a held
+interpreter lock stops too. A frozen process that comes back finds its heartbeat lapsed
+at its next beat: others may have acted on its silence (swept its rows, failed its
+tasks), so it resyncs at once (docs/architecture.md, "A worker's own state").
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import pickle
+import subprocess
+import sys
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import IO, Any
 
 from ..._extras import requires
+from . import _beater
+from ._beater import Beater, Recipe
 
 with requires("redis", "RedisStorage"):
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
-    from redis.client import Redis as SyncRedis
-    from redis.cluster import ClusterNode
-    from redis.cluster import RedisCluster as SyncCluster
-    from redis.connection import (
-        Connection,
-        ConnectionPool,
-        SSLConnection,
-        UnixDomainSocketConnection,
-    )
-    from redis.exceptions import RedisClusterException, RedisError
 
-__all__ = ["Liveness", "sync_twin"]
+__all__ = ["Liveness", "twin_recipe"]
 
 logger = logging.getLogger("mcp_cancellation.redis")
 
@@ -58,102 +58,137 @@ _COPIED = (
     "ssl_min_version",
     "ssl_ciphers",
 )
-_CLASSES: dict[str, type[Connection] | type[UnixDomainSocketConnection]] = {
-    "Connection": Connection,
-    "SSLConnection": SSLConnection,
-    "UnixDomainSocketConnection": UnixDomainSocketConnection,
-}
+_CLASSES = ("Connection", "SSLConnection", "UnixDomainSocketConnection")
 
 
-def sync_twin(client: Redis | RedisCluster, timeout: float) -> SyncRedis | SyncCluster:
-    """A blocking client to the server (or cluster) *client* reaches, with the same
-    credentials and TLS settings, each command bounded by *timeout*."""
-    bounds: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+def twin_recipe(client: Redis | RedisCluster) -> Recipe:
+    """How to build a blocking client to the server (or cluster) *client* reaches, with
+    the same credentials and TLS settings (:func:`._beater.connect` builds it)."""
     if isinstance(client, RedisCluster):
         manager: Any = client.nodes_manager
         kwargs = {k: v for k, v in manager.connection_kwargs.items() if k in _COPIED}
         kwargs.pop("host", None)
         kwargs.pop("port", None)
-        node_class: Any = ClusterNode
         nodes = [
-            node_class(node.host, node.port)
+            (node.host, node.port)
             for node in list(manager.startup_nodes.values()) or client.get_nodes()
         ]
         ssl = getattr(manager, "connection_kwargs", {}).get("connection_class")
         if ssl is not None and ssl.__name__ == "SSLConnection":
             kwargs["ssl"] = True
-        return SyncCluster(startup_nodes=nodes, **kwargs, **bounds)
+        return ("cluster", nodes, kwargs)
     pool: Any = client.connection_pool
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k in _COPIED}
-    connection_class = _CLASSES.get(pool.connection_class.__name__, Connection)
-    sync_pool = ConnectionPool(
-        connection_class=connection_class, max_connections=2, **kwargs, **bounds
-    )
-    return SyncRedis(connection_pool=sync_pool)
+    name = pool.connection_class.__name__
+    return ("redis", name if name in _CLASSES else "Connection", kwargs)
 
 
 class Liveness:
-    """Beats *key* (``SET key 1 PX ttl GET``) every *interval* seconds from a daemon
-    thread; calls *lapsed* (from that thread) when a beat finds the key gone after an
-    earlier beat set it."""
+    """Beats this worker's heartbeat (``BEAT`` with *keys* and *args*) every *interval*
+    seconds from a beater process (or, where none can be had, a daemon thread); calls
+    *lapsed* (from a thread) when a beat finds that an earlier one had lapsed, or that
+    the heartbeat is gone after an earlier beat set it."""
 
     def __init__(
         self,
-        connect: Callable[[], SyncRedis | SyncCluster],
-        key: bytes,
-        ttl_ms: int,
+        recipe: Recipe,
+        source: str,
+        keys: Sequence[bytes],
+        args: Sequence[bytes | str],
         interval: float,
+        timeout: float,
         lapsed: Callable[[], None],
     ) -> None:
-        self._connect = connect
-        self._key = key
-        self._ttl_ms = ttl_ms
-        self._interval = interval
+        self._settings: dict[str, Any] = {
+            "recipe": recipe,
+            "source": source,
+            "keys": list(keys),
+            "args": list(args),
+            "interval": interval,
+            "timeout": timeout,
+            "parent": os.getpid(),
+        }
         self._lapsed = lapsed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._beaten = False  # whether a beat set the heartbeat (its absence is then a lapse)
         #: Beats Redis took (for tests and health checks).
         self.beats = 0
+        #: ``"process"`` or ``"thread"``: what beats (for tests and health checks).
+        self.beater = ""
 
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self, name: str) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-            self._thread.start()
+        if self._thread is not None:
+            return
+        try:
+            self._process = self._spawn()
+        except Exception as exc:  # no /proc, settings no process can take, no fork
+            logger.info("heartbeat beaten by a thread (no beater process: %s)", exc)
+            self._process = None
+        if self._process is not None:
+            self.beater = "process"
+            target: Callable[[], None] = self._read
+        else:
+            self.beater = "thread"
+            target = Beater(self._settings, self._heard, self._stop).run
+        self._thread = threading.Thread(target=target, name=name, daemon=True)
+        self._thread.start()
 
     def stop(self, within: float = 5.0) -> None:
         self._stop.set()
+        process, self._process = self._process, None
+        if process is not None:
+            with contextlib.suppress(Exception):
+                process.terminate()
+                process.wait(within)
         thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(within)
 
-    def _run(self) -> None:
-        client = None
-        beaten = False  # whether an earlier beat set the key (a missing key is then a lapse)
-        try:
-            while not self._stop.is_set():
-                try:
-                    if client is None:
-                        client = self._connect()
-                    before = client.set(self._key, b"1", px=self._ttl_ms, get=True)
-                except Exception as exc:  # Redis down: the loop's calls report it
-                    if not isinstance(exc, RedisError | RedisClusterException | OSError):
-                        logger.warning("heartbeat not written: %r", exc)
-                    logger.debug("heartbeat not written: %s", exc)
-                    if client is not None:
-                        with contextlib.suppress(Exception):
-                            client.close()
-                    client = None
-                else:
-                    self.beats += 1
-                    if before is None and beaten:
-                        self._lapsed()
-                    beaten = True
-                self._stop.wait(self._interval)
-        finally:
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.close()
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        if _beater.parent_state(os.getpid()) in ("", "?"):
+            raise OSError("this system has no /proc to watch the worker from")
+        settings = pickle.dumps(self._settings)
+        process = subprocess.Popen(
+            [sys.executable, _beater.__file__],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        assert process.stdin is not None
+        process.stdin.write(settings)
+        process.stdin.close()
+        return process
+
+    def _read(self) -> None:
+        """The beater process's reports, until it ends; a beater that ends while the
+        worker goes on is replaced by a thread."""
+        process = self._process
+        assert process is not None
+        stream: IO[bytes] | None = process.stdout
+        assert stream is not None
+        with stream:
+            for line in stream:
+                self._heard(line.strip().decode("ascii", "replace"))
+        if process.poll() is None:
+            with contextlib.suppress(Exception):
+                process.wait(5.0)
+        if not self._stop.is_set():
+            logger.warning("the heartbeat's beater process ended: a thread beats instead")
+            self.beater = "thread"
+            Beater(self._settings, self._heard, self._stop).run()
+
+    def _heard(self, report: str) -> None:
+        """One beat's outcome: ``0`` lived, ``1`` lapsed, ``2`` none, ``e`` failed."""
+        if report == "e":
+            logger.debug("heartbeat not written")
+            return
+        self.beats += 1
+        if report == "1" or (report == "2" and self._beaten):
+            self._lapsed()
+        self._beaten = True

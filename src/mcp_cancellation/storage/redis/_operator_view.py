@@ -20,7 +20,7 @@ with requires("redis", "RedisStorage"):
     from redis.asyncio import Redis
     from redis.asyncio.cluster import RedisCluster
 
-__all__ = ["PAGE", "read_in_flight"]
+__all__ = ["PAGE", "beat_lives", "read_in_flight", "table_clock"]
 
 #: Entries one command of the operator view reads (a fraction of a millisecond of Redis).
 PAGE = 1000
@@ -34,16 +34,21 @@ async def read_in_flight(
     client: Redis | RedisCluster, keys: Keys, bounded: Bounded[Any]
 ) -> list[InFlightRequest]:
     """Every request in flight in the table of *keys*; each step (the workers, a page
-    of one worker's owners and their tracks) runs through *bounded* on its own."""
+    of one worker's owners and their tracks) runs through *bounded* on its own. A
+    worker is alive while its last beat lags the table's clock by at most its own
+    heartbeat TTL (:func:`table_clock`)."""
 
     async def heads() -> tuple[list[bytes], list[bool]]:
         workers = sorted(to_bytes(w) for w in await client.smembers(keys.workers))
         if not workers:
             return [], []
         pipe = client.pipeline(transaction=False)
+        pipe.get(keys.pulse)
         for worker in workers:
-            pipe.exists(keys.heartbeat(worker))
-        return workers, [bool(n) for n in await pipe.execute()]
+            pipe.get(keys.heartbeat(worker))
+        pulse, *beats = await pipe.execute()
+        clock = table_clock(pulse)
+        return workers, [beat_lives(beat, clock) for beat in beats]
 
     workers, alive = await bounded(heads, "stats")
     found: list[InFlightRequest] = []
@@ -66,6 +71,32 @@ async def read_in_flight(
             if not cursor:
                 break
     return found
+
+
+def table_clock(pulse: bytes | None) -> int | None:
+    """The table's clock (ms) as its last beat or judgment left it in ``P pulse``
+    (lua/liveness.lua), or ``None`` before any; read without advancing it (a read of
+    Redis's own time is one command a cluster pipeline refuses), so a worker shows gone
+    up to one beat interval later than the scripts judge it."""
+    if pulse is None:
+        return None
+    return _number(text(pulse).partition(":")[2])
+
+
+def beat_lives(beat: bytes | None, clock: int | None) -> bool:
+    """Whether a worker whose ``P hb:<worker>`` is *beat* (``<table ms>:<its TTL ms>``)
+    lives at the table's time *clock* (lua/liveness.lua, ``alive``)."""
+    if beat is None:
+        return False
+    at, colon, ttl = text(beat).partition(":")
+    return bool(colon) and (clock is None or clock - _number(at) <= _number(ttl))
+
+
+def _number(value: bytes | str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        return 0
 
 
 async def _read_page(

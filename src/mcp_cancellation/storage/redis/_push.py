@@ -95,6 +95,26 @@ class Push:
     hearing_seeks: Callable[[], None]
     subscribed: bool = dataclasses.field(default=False, init=False)
     _tasks: list[asyncio.Task[None]] = dataclasses.field(default_factory=list, init=False)
+    _pubsub: PubSub | None = dataclasses.field(default=None, init=False)
+    #: The stream the seeks were heard on (see :meth:`hears`).
+    _heard_on: object = dataclasses.field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.journal.ear = self.hears
+
+    def hears(self) -> bool:
+        """Whether the seeks still come on the stream they were first heard on: its
+        connection open, with no error and no end read, and not replaced by the client's
+        own reconnection (redis-py resubscribes under the listener, and what was
+        published in between is lost). A connection this cannot see into counts as
+        heard (the listener's ping still finds it dead)."""
+        stream = _stream(self._pubsub)
+        if stream is _UNSEEN:
+            return True
+        if stream is None or stream is not self._heard_on:
+            return False
+        reader = cast("asyncio.StreamReader", stream)
+        return not reader.at_eof() and reader.exception() is None
 
     @property
     def worker(self) -> str:
@@ -177,6 +197,8 @@ class Push:
             try:
                 async with asyncio.timeout(timeout):
                     pubsub = await subscription.open(channel, broadcast, seeks)
+                self._pubsub = pubsub
+                confirmed: set[bytes] = set()
                 last_seen = next_ping = loop.time()
                 while True:
                     message = await pubsub.get_message(timeout=min(1.0, ping_every))
@@ -193,11 +215,17 @@ class Push:
                     last_seen = now
                     kind = text(message["type"])
                     if kind == subscription.confirmation:
+                        subscribed = to_bytes(message["channel"])
+                        if subscribed in confirmed:  # the client reconnected under us
+                            confirmed.clear()
+                            self.journal.hear_seeks(False)
+                        confirmed.add(subscribed)
                         self.subscribed = True
                         delay = self.backoff[0]
                         self.journal.want_resync()  # messages may have been missed
                         self.resubscribed()
-                        if to_bytes(message["channel"]) == seeks:
+                        if subscribed == seeks:
+                            self._heard_on = _stream(pubsub)
                             self.hearing_seeks()  # (the last channel subscribed)
                     elif kind == subscription.message:
                         source = to_bytes(message["channel"])
@@ -223,6 +251,7 @@ class Push:
                 self.subscribed = False
             finally:
                 self.subscribed = False
+                self._pubsub = self._heard_on = None
                 self.journal.hear_seeks(False)
                 if pubsub is not None:
                     with contextlib.suppress(Exception):
@@ -242,3 +271,18 @@ class Push:
         while not self.home.closed:
             await asyncio.sleep(interval)
             self.journal.heartbeat()
+
+
+#: What :func:`_stream` returns for a pub/sub object it cannot see into.
+_UNSEEN = object()
+
+
+def _stream(pubsub: PubSub | None) -> object:
+    """The stream a pub/sub object reads from now (``None`` while it has none: closed,
+    or reconnecting), or ``_UNSEEN``."""
+    if pubsub is None:
+        return None
+    connection = getattr(pubsub, "connection", _UNSEEN)
+    if connection is None:
+        return None
+    return getattr(connection, "_reader", _UNSEEN)

@@ -42,6 +42,7 @@ NAMES = (
     "TASK_ANSWER",
     "TASK_CLAIM",
     "TASK_REAP",
+    "BEAT",
 )
 
 
@@ -49,8 +50,12 @@ NAMES = (
 LIBRARIES: dict[str, tuple[str, ...]] = {
     "REMOVE": ("base", "rows"),
     "SUMMARY": ("base", "rows"),
-    **dict.fromkeys(("ADD", "WITHDRAW", "SYNC", "CLEANUP"), ("base", "rows", "owners")),
+    "ADD": ("base", "rows", "owners"),
+    "WITHDRAW": ("base", "rows", "owners"),
+    **dict.fromkeys(("SYNC", "CLEANUP"), ("base", "liveness", "rows", "owners")),
     **{name: ("base", "tasks") for name in NAMES if name.startswith("TASK_")},
+    **dict.fromkeys(("TASK_GET", "TASK_REAP"), ("base", "liveness", "tasks")),
+    "BEAT": ("base", "liveness"),
 }
 
 

@@ -27,6 +27,7 @@ from ._connect import cluster_concurrency, connect, table_identity
 from ._contracts import (
     AddCall,
     AddReply,
+    BeatCall,
     CleanupCall,
     CleanupReply,
     RemoveCall,
@@ -36,10 +37,10 @@ from ._contracts import (
 from ._home import HomeLoop
 from ._journal import Journal
 from ._layout import check_layout
-from ._liveness import Liveness, sync_twin
+from ._liveness import Liveness, twin_recipe
 from ._operator_view import read_in_flight
 from ._push import ChannelSubscription, Push, Subscription, announce_refusal
-from ._scripts import Scripts
+from ._scripts import Scripts, source
 from ._table import Keys, Table, table_prefix
 from ._tasks import RedisTaskTable
 
@@ -69,6 +70,14 @@ DEFAULT_MAX_WAIT = 0.25
 #: registry's default ``track_wait`` (0.5 s) with the owner's loop busy for up to 0.3 s
 #: (docs/architecture.md, "The Redis table", says why 0.2 s).
 DEFAULT_TRACK_DELAY = 0.2
+#: How long a waiting cancellation that no track claimed (answered 202) is kept as a
+#: *lapsed* cancellation (seconds: a cancellation row's default TTL): a call whose
+#: worker's loop was blocked meanwhile, tracked late, is cancelled by it if it started
+#: before it lapsed (docs/architecture.md, "The Redis table").
+LAPSE = 300.0
+#: The most lapsed cancellations one scope keeps (the oldest go first) when it has no
+#: quota; with one, the quota.
+LAPSES_KEPT = 256
 #: How long a waiting cancellation outlives its wait when its waiter cannot withdraw it
 #: (the waiter died, or Redis stalled): a later request of its id is safe past that.
 WAIT_MARGIN = 1.0
@@ -133,6 +142,8 @@ class RedisStorage(Storage):
         self._prefix = keys.prefix
         self.timeout = timeout
         self.heartbeat_ttl = heartbeat_ttl
+        #: The heartbeat TTL as every script takes it (ms).
+        self._heartbeat_ms = str(max(1, int(heartbeat_ttl * 1000)))
         self._cleanup_batch = cleanup_batch
         self._close_client = False  # from_url's own client: closed by aclose()
         self._bound = False
@@ -159,7 +170,7 @@ class RedisStorage(Storage):
         self._grace = max(1.0, 2 * reconnect_backoff[1])
         self._journal = Journal(
             table=self._table,
-            heartbeat_ms=str(max(1, int(heartbeat_ttl * 1000))),
+            heartbeat_ms=self._heartbeat_ms,
             # Past a loss or an outage, cancellations of ids not in flight are refused
             # until every worker has had its retry (the backoff's longest wait) twice.
             grace=self._grace,
@@ -294,13 +305,15 @@ class RedisStorage(Storage):
             self._start_liveness()
 
     def _start_liveness(self) -> None:
-        """Beat from a thread of its own (see :mod:`._liveness`); the loop's heartbeat
-        (with each ``SYNC``) goes on beside it."""
+        """Beat from a process of its own (see :mod:`._liveness`)."""
+        keys = self._table.keys
         self._liveness = Liveness(
-            functools.partial(sync_twin, self._redis, min(self.timeout, 2.0)),
-            self._table.keys.heartbeat(self.worker_id),
-            max(1, int(self.heartbeat_ttl * 1000)),
+            twin_recipe(self._redis),
+            source("BEAT"),
+            [keys.scopes],
+            BeatCall(self.worker_id, self._heartbeat_ms).argv(keys.prefix),
             self.heartbeat_ttl / 4,
+            min(self.timeout, 2.0),
             functools.partial(self._home.soon, self._journal.want_resync),
         )
         self._liveness.start(f"mcp-cancellation-heartbeat-{self.worker_id}")
@@ -379,7 +392,11 @@ class RedisStorage(Storage):
             # its requests yet, so "not in flight" cannot be told. The client may retry.
             raise StorageUnavailable("Redis is resynchronising the table; retry shortly")
         if outcome == "waiting":
-            claimed = await self._withdraw(WithdrawCall(scope, key, call.waiter), track_wait)
+            # Answered 202 if no track claims it: kept as a lapsed cancellation, which a
+            # call tracked late (its worker's loop blocked) still meets by its start.
+            kept = limits.max_rows_per_scope or LAPSES_KEPT
+            withdraw = WithdrawCall(scope, key, call.waiter, int(1000 * LAPSE), kept)
+            claimed = await self._withdraw(withdraw, track_wait)
             return AddResult("recorded" if claimed else "not_in_flight", (), reply.over_quota)
         if outcome in ("recorded", "updated"):
             self._flip(scope, key, reason, operator)
@@ -499,7 +516,7 @@ class RedisStorage(Storage):
         in_flight_removed = len(self._journal.sweep(dead))
         await self._journal.settle(self.timeout)
         ttl_us = None if ttl is None else max(0, int(ttl * 1_000_000))
-        call = CleanupCall(self.worker_id, ttl_us, self._cleanup_batch)
+        call = CleanupCall(self.worker_id, ttl_us, self._cleanup_batch, self._heartbeat_ms)
         removed = 0
         while True:
             reply = CleanupReply.decode(await self._run("CLEANUP", call.argv(self._prefix)))

@@ -88,8 +88,13 @@ class Keys:
         return self.prefix + b"w:" + to_bytes(worker)
 
     def heartbeat(self, worker: str | bytes) -> bytes:
-        """``P hb:<worker>``: the worker's heartbeat."""
+        """``P hb:<worker>``: the worker's heartbeat (the table's time of its last beat)."""
         return self.prefix + b"hb:" + to_bytes(worker)
+
+    @property
+    def pulse(self) -> bytes:
+        """``P pulse``: the table's clock for liveness (lua/liveness.lua)."""
+        return self.prefix + b"pulse"
 
     # -- channels --------------------------------------------------------------------------
 

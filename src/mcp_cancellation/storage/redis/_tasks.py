@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._task_table import LISTED, Claim, Created, TaskRecord, TaskTable
-from ._codec import split_member, split_netstrings, text
+from ._codec import member, split_member, split_netstrings, text
 from ._contracts import (
     TaskAnswerCall,
     TaskClaimCall,
@@ -37,6 +37,9 @@ __all__ = ["RedisTaskTable"]
 
 #: Tasks the operators' view reads per page (each page its own bounded call).
 LIST_PAGE = 500
+#: How long an orphaned end handed to one worker to report is its alone (ms): one that
+#: timed out before it heard of it is reported by another worker after this.
+ORPHAN_LEASE_MS = 60_000
 #: The most tasks one ``TASK_REAP`` ends (a few milliseconds of Redis time at most).
 REAP_BATCH = 200
 
@@ -54,7 +57,9 @@ class RedisTaskTable(TaskTable):
     def __init__(self, table: Table, heartbeat_ttl: float) -> None:
         super().__init__()
         self._table = table
-        self._heartbeat_ms = str(int(heartbeat_ttl * 1000))
+        self._heartbeat_ms = str(max(1, int(heartbeat_ttl * 1000)))
+        #: The orphaned ends this worker reported, to acknowledge with its next reap.
+        self._reported: list[bytes] = []
 
     async def _run(self, name: str, call: Any) -> Any:
         return await self._table.run(name, call.argv(self._table.keys.prefix), "task")
@@ -72,13 +77,17 @@ class RedisTaskTable(TaskTable):
             orphan_error,
             _now_ms(),
             _message_of(orphan_error),
+            ORPHAN_LEASE_MS,
         )
         found = TaskGetCall.decode(await self._run("TASK_GET", call))
         if found is None:
             return None
         ended, fields = found
         record = TaskRecord.from_fields(scope, task_id, fields)
-        return dataclasses.replace(record, orphaned=True) if ended else record
+        if not ended:
+            return record
+        self._reported.append(member(scope, task_id))  # (its caller reports it)
+        return dataclasses.replace(record, orphaned=True)
 
     async def write(self, scope: str, task_id: str, fields: Mapping[str, str]) -> bool:
         call = TaskWriteCall(scope, task_id, fields)
@@ -93,17 +102,23 @@ class RedisTaskTable(TaskTable):
         return TaskClaimCall.decode(await self._run("TASK_CLAIM", call))
 
     async def reap(self, orphan_error: str) -> list[TaskRecord]:
+        acks = self._reported[:]
         call = TaskReapCall(
             self._heartbeat_ms,
             orphan_error,
             _now_ms(),
             REAP_BATCH,
             _message_of(orphan_error),
+            ORPHAN_LEASE_MS,
+            acks,
         )
+        handed = TaskReapCall.decode(await self._run("TASK_REAP", call))
+        del self._reported[: len(acks)]  # (acknowledged: a failed call keeps them)
         ended: list[TaskRecord] = []
-        for scope, task_id, fields in TaskReapCall.decode(await self._run("TASK_REAP", call)):
+        for m, scope, task_id, fields in handed:
             record = TaskRecord.from_fields(scope, task_id, {**fields, "status": "failed"})
             ended.append(dataclasses.replace(record, orphaned=True))
+            self._reported.append(m)  # (its caller reports it: acknowledged next time)
         return ended
 
     def pushed(self, data: bytes) -> None:

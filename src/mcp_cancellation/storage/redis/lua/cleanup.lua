@@ -5,13 +5,16 @@
 --   2 worker   the sweeping worker's id (never swept by itself)
 --   3 ttl_us   rows older than this many microseconds expire ('' for none)
 --   4 batch    the most expired rows one call removes
+--   5 beat_ms  the caller's heartbeat TTL (for the table's clock: liveness.lua)
 -- Reply (decoded by _contracts.CleanupReply): {rows removed, owners removed (of workers
 -- whose heartbeat lapsed), 1 if the TTL sweep hit the batch limit (call again) else 0}.
 local removed, in_flight_removed, more = 0, 0, 0
+local beat_ms = tonumber(ARGV[5])
+local t = table_ms(beat_ms)
 -- In-flight rows of other workers whose heartbeat expired (killed, or cut off too long),
 -- and the cancellation rows bound to them alone.
 for _, other in ipairs(redis.call('SMEMBERS', WORKERS)) do
-  if other ~= ARGV[2] and redis.call('EXISTS', hb_key(other)) == 0 then
+  if other ~= ARGV[2] and not alive(other, t) then
     for _, entry in ipairs(redis.call('SMEMBERS', owners_key(other))) do
       local m, owner = split(entry)
       local scope, key = split(m)

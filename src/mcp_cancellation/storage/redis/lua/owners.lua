@@ -111,6 +111,14 @@ local function waiting_of(scope)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now_us()))
   return redis.call('ZCARD', key)
 end
+-- A *lapsed* cancellation: a waiting cancellation that no track claimed before its
+-- waiter withdrew it, and whose client was answered 202 all the same. A worker's loop
+-- may have been blocked meanwhile (a call of it young and untracked), so it is kept, for
+-- the lapse given to WITHDRAW (the rows' TTL), as P lm:<m> ('<time µs>:<reason>'): a call
+-- tracked later that started before that time is cancelled by it, and no call that
+-- started after. P lapses:<scope> (key -> time) bounds each scope's count.
+local function lapsed_key(m) return P .. 'lm:' .. m end
+local function lapses_key(scope) return P .. 'lapses:' .. scope end
 -- Claim the cancellations waiting for member m, if any: marks them claimed and returns
 -- the first one's reason, or nil. (One waits only if nothing of m was in flight when it
 -- came, and every owner tracked since has claimed it: the claimer's mark, at its own
@@ -130,6 +138,18 @@ local function claim_waiting(m)
   end
   bulk('HSET', wait_key(m), claimed)
   return v
+end
+-- The reason of m's lapsed cancellation if a call that started at `started_us` started
+-- before it lapsed, else nil. It sets no mark: each owner tracked later meets it by its
+-- own start (a mark's sequence would reach an owner tracked before, that started after).
+local function lapsed(m, started_us)
+  local v = redis.call('GET', lapsed_key(m))
+  if not v then return nil end
+  local colon = string.find(v, ':', 1, true)
+  if started_us <= tonumber(string.sub(v, 1, colon - 1)) then
+    return string.sub(v, colon + 1)
+  end
+  return nil
 end
 -- Track (scope, key) for owner of worker w, started age µs before the track was sent,
 -- calling tool. A new owner gets the request's next sequence and claims a pending row and
@@ -165,8 +185,8 @@ local function track(scope, key, owner, w, age, tool)
   v = v or waited                   -- caller then learns its cancellation stopped one)
   if v then
     set_mark(wk, sequence, v)
-  else
-    v = marked(wk, sequence, started_us)  -- a mark set while this call ran untracked
+  else  -- a mark set while this call ran untracked, or a lapsed cancellation
+    v = marked(wk, sequence, started_us) or lapsed(m, started_us)
   end
   return sequence, v
 end

@@ -24,7 +24,8 @@
 -- owner tracked again, the request's mark) or false, then the number of rows released as
 -- stale}.
 local w = ARGV[2]
-local beat = redis.call('SET', hb_key(w), '1', 'PX', ARGV[3], 'GET')
+local beat_ms = tonumber(ARGV[3])
+local beat = beat(w, beat_ms, table_ms(beat_ms)) == 0
 local epoch, lost = check_epoch(ARGV[4], ARGV[5], ARGV[8])
 local full = ARGV[6] == '1'
 -- A worker joins P workers with its heartbeat: while the heartbeat lives, the cleanup

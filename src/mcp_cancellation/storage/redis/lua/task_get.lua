@@ -1,9 +1,11 @@
--- TASK_GET: read a task; end it failed if its worker is dead. docs/architecture.md, "Tasks".
+-- TASK_GET: read a task; end it failed if its worker is dead (liveness.lua).
+-- docs/architecture.md, "Tasks".
 -- KEYS[1]: P scopes (routing only).
 -- ARGV (built by _contracts.TaskGetCall.argv): 1 prefix P, 2 scope, 3 task id,
---   4 heartbeat_ms (a worker is dead once its heartbeat is gone and the task is older than
---   this), 5 the error a dead worker's task ends with, 6 now (ms, for 'updated'),
---   7 its status message.
+--   4 heartbeat_ms (a task younger than this is left: its worker may not have beaten
+--   yet), 5 the error a dead worker's task ends with, 6 now (ms, for 'updated'),
+--   7 its status message, 8 lease_ms (an end it makes is handed to its caller, to report
+--   and acknowledge with its next TASK_REAP: see task_reap.lua).
 -- Reply: {1 if this call ended the task (its worker is dead) else 0, the task's fields
 -- (name, value pairs)}, or false when there is none in this scope.
 local m = member(ARGV[2], ARGV[3])
@@ -15,10 +17,12 @@ if active(status) then
   local worker = redis.call('HGET', task, 'worker') or ''
   local born = tonumber(redis.call('HGET', task, '.born') or '0')
   local now = now_ms()
-  if redis.call('EXISTS', hb_key(worker)) == 0 and now - born > tonumber(ARGV[4]) then
+  local beat_ms = tonumber(ARGV[4])
+  if now - born > beat_ms and not alive(worker, table_ms(beat_ms)) then
     redis.call('HSET', task, 'status', 'failed', 'error', ARGV[5], 'updated', ARGV[6],
       'message', ARGV[7])
     end_task(m, now)
+    redis.call('ZADD', ORPHANS, ms(now + tonumber(ARGV[8])), m)
     ended = 1
   end
 end

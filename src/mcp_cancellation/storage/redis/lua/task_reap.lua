@@ -1,34 +1,47 @@
--- TASK_REAP: end the running tasks of workers whose heartbeat is gone.
--- docs/architecture.md, "Tasks".
+-- TASK_REAP: end the running tasks of dead workers (liveness.lua), and hand the caller
+-- the orphaned ends to report. docs/architecture.md, "Tasks".
 -- KEYS[1]: P scopes (routing only).
 -- ARGV (built by _contracts.TaskReapCall.argv): 1 prefix P, 2 heartbeat_ms (a task younger
 --   than this is left: its worker may not have beaten yet), 3 the error a dead worker's
 --   task ends with, 4 now (ms, for 'updated'), 5 the most tasks one call ends, 6 its
---   status message.
--- Reply: the tasks this call ended, {member, tool, created ms} each (their ends are
--- reported by the caller: nobody else will).
+--   status message, 7 lease_ms, 8.. the orphans the caller reported since its last call.
+-- Every orphaned end (this script's and TASK_GET's) waits in P orphans, scored by when
+-- the worker it was handed to may be taken not to have reported it (0: handed to none):
+-- each is reported by the worker that gets it and acknowledges it, once, even when a
+-- call's caller timed out (it is handed again when its lease lapses).
+-- Reply: the orphaned ends to report now, {member, tool, created ms} each.
 local heartbeat_ms, limit = tonumber(ARGV[2]), tonumber(ARGV[5])
 local now = now_ms()
-local out = {}
+local t = table_ms(heartbeat_ms)
+if #ARGV >= 8 then redis.call('ZREM', ORPHANS, unpack(ARGV, 8)) end
+local ended = 0
 for _, w in ipairs(redis.call('SMEMBERS', RUNNERS)) do
-  if redis.call('EXISTS', hb_key(w)) == 0 then
+  if not alive(w, t) then
     local runs = runs_key(w)
     for _, m in ipairs(redis.call('SMEMBERS', runs)) do
-      if #out >= 3 * limit then return out end
+      if ended >= limit then break end
       local task = task_key(m)
-      local fields = redis.call('HMGET', task, 'status', 'worker', '.born', 'tool', 'created')
+      local fields = redis.call('HMGET', task, 'status', 'worker', '.born')
       if not fields[1] or not active(fields[1]) or fields[2] ~= w then
         redis.call('SREM', runs, m)
       elseif now - tonumber(fields[3] or '0') > heartbeat_ms then
         redis.call('HSET', task, 'status', 'failed', 'error', ARGV[3], 'updated', ARGV[4],
           'message', ARGV[6])
         end_task(m, now)
-        out[#out + 1] = m
-        out[#out + 1] = fields[4] or ''
-        out[#out + 1] = fields[5] or '0'
+        redis.call('ZADD', ORPHANS, 0, m)
+        ended = ended + 1
       end
     end
     if redis.call('SCARD', runs) == 0 then redis.call('SREM', RUNNERS, w) end
   end
+end
+local out = {}
+local due = redis.call('ZRANGEBYSCORE', ORPHANS, '-inf', ms(now), 'LIMIT', 0, limit)
+for _, m in ipairs(due) do
+  redis.call('ZADD', ORPHANS, ms(now + tonumber(ARGV[7])), m)
+  local fields = redis.call('HMGET', task_key(m), 'tool', 'created')
+  out[#out + 1] = m
+  out[#out + 1] = fields[1] or ''
+  out[#out + 1] = fields[2] or '0'
 end
 return out

@@ -4,6 +4,7 @@
 -- its end gives both its expiry (the end plus its ttl).
 local ALL = P .. 'tasks'
 local RUNNERS = P .. 'trun'
+local ORPHANS = P .. 'orphans'  -- orphaned ends to report (see task_reap.lua)
 local function task_key(m) return P .. 'task:' .. m end
 local function scope_tasks(scope) return P .. 'tasks:' .. scope end
 local function runs_key(w) return P .. 'truns:' .. w end
