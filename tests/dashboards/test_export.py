@@ -17,7 +17,12 @@ import yaml
 from mcp_cancellation import dashboards
 from mcp_cancellation.__main__ import main
 from mcp_cancellation.dashboards._rules import rules_text
-from mcp_cancellation.dashboards._validation import known_metric_names, metric_names_in
+from mcp_cancellation.dashboards._validation import (
+    known_metric_names,
+    metric_names_in,
+    panel_queries,
+    substitute,
+)
 
 from ..support import project_root
 from ._rules import promtool
@@ -142,3 +147,82 @@ def test_an_unwritable_directory_is_a_clear_error(
     blocker.write_text("not a directory")
     assert main(["dashboards", "export", str(blocker / "sub")]) == 2
     assert "mcp-cancellation dashboards:" in capsys.readouterr().err
+
+
+#: Selectors as people write them: braces or none, spaces, a trailing comma, several
+#: matchers, every operator, single quotes and raw strings.
+ODD_SELECTORS = [
+    '{job="mcp"}',
+    ' job = "mcp" , ',
+    'job=~"mcp|api", env!="dev",',
+    "{job!~'test.*'}",
+    "job=`mcp`",
+    'job="a \\"quoted\\" name"',
+]
+
+
+@pytest.mark.prometheus
+@pytest.mark.parametrize("selector", ODD_SELECTORS)
+@pytest.mark.parametrize("fmt", ["rules", "prometheus-rule"])
+def test_an_export_with_a_selector_as_people_write_it_passes_promtool_and_the_check(
+    tmp_path: Path, selector: str, fmt: str
+) -> None:
+    assert (
+        main(["dashboards", "export", str(tmp_path), "--selector", selector, "--format", fmt]) == 0
+    )
+    docs = project_root() / "docs"
+    check = dashboards_check(["--check", "--dir", str(tmp_path), "--docs", str(docs)])
+    assert check.returncode == 0, check.stderr
+    if fmt == "rules":
+        rules_path = tmp_path / "alerts.yaml"
+    else:  # (promtool reads the groups of the resource's spec)
+        spec = yaml.safe_load((tmp_path / "alerts.prometheusrule.yaml").read_text())["spec"]
+        rules_path = tmp_path / "spec.yaml"
+        rules_path.write_text(yaml.safe_dump(spec))
+    result = promtool("check", "rules", str(rules_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Every panel query of both dashboards, as a recording rule (Grafana's variables
+    # substituted), parses too: no {{...}} or bare value reached a query.
+    rules = [
+        {"record": f"panel:{path.stem.replace('-', '_')}:{index}", "expr": substitute(q.expr)}
+        for path in sorted(tmp_path.glob("*.json"))
+        if path.name != "export.json"
+        for index, q in enumerate(panel_queries(json.loads(path.read_text())))
+    ]
+    panels = tmp_path / "panels.yaml"
+    panels.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))
+    result = promtool("check", "rules", str(panels))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("selector", "hint"),
+    [
+        ("job=mcp", 'write job="mcp"'),
+        ('{{job="mcp"}}', "a label name was expected"),
+        ('job="mcp" env="dev"', "',' was expected"),
+        ("job", "'=', '!=', '=~' or '!~' was expected"),
+        ('job=~"(unclosed"', "regular expression"),
+    ],
+)
+def test_a_selector_that_is_not_label_matchers_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], selector: str, hint: str
+) -> None:
+    assert main(["dashboards", "export", str(tmp_path / "out"), "--selector", selector]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "invalid selector" in err, err
+    assert hint in err, err
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_the_check_refuses_an_export_json_whose_selector_is_not_label_matchers(
+    tmp_path: Path,
+) -> None:
+    assert main(["dashboards", "export", str(tmp_path)]) == 0
+    manifest = tmp_path / "export.json"
+    options = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**options, "rules_selector": "job=mcp"}))
+    check = dashboards_check(["--check", "--dir", str(tmp_path)])
+    assert check.returncode == 1
+    assert "export.json: invalid selector 'job=mcp'" in check.stderr

@@ -13,6 +13,7 @@ from typing import Any
 
 from ._config import DashboardConfig
 from ._export import RULE_FORMATS, export
+from ._selector import label_matchers
 
 __all__ = ["add_parser", "run"]
 
@@ -37,8 +38,9 @@ def add_parser(subparsers: Any) -> None:
         "--selector",
         default=None,
         metavar="MATCHERS",
-        help="label matchers added to every query, e.g. 'job=\"mcp\"' (dashboards default: "
-        "their job and instance variables; rules default: none)",
+        help="PromQL label matchers added to every query, e.g. 'job=\"mcp\"' or "
+        "'{job=\"mcp\"}' (dashboards default: their job and instance variables; rules "
+        "default: none)",
     )
     out.add_argument(
         "--datasource",
@@ -62,18 +64,24 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Export; 0 on success, 2 when the directory cannot be written."""
+    """Export; 0 on success, 2 when an option is invalid (a selector that is not PromQL
+    label matchers: one line) or the directory cannot be written."""
     defaults = DashboardConfig()
-    config = DashboardConfig(
-        selector=defaults.selector if args.selector is None else args.selector,
-        datasource=args.datasource,
-    )
+    try:
+        config = DashboardConfig(
+            selector=defaults.selector if args.selector is None else args.selector,
+            datasource=args.datasource,
+        )
+        rules_selector = label_matchers(args.selector or "")
+    except ValueError as exc:
+        print(f"mcp-cancellation dashboards: {exc}", file=sys.stderr)
+        return 2
     try:
         written = export(
             args.dir,
             config,
             rules=None if args.format == "none" else args.format,
-            rules_selector=args.selector or "",
+            rules_selector=rules_selector,
             rule_name=args.rule_name,
             namespace=args.namespace,
             manifest=True,

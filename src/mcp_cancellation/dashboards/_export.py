@@ -14,6 +14,7 @@ from .._extras import requires
 from ._config import DEFAULT, DashboardConfig
 from ._generation import dashboards
 from ._rules import RULES_FILE, check_rules, prometheus_rule, rules_text
+from ._selector import label_matchers
 from ._validation import check_dashboard, known_metric_names
 
 __all__ = ["PROMETHEUS_RULE_FILE", "RULE_FORMATS", "check_directory", "export", "main"]
@@ -85,10 +86,14 @@ def check_directory(directory: Path, docs: Path | None) -> list[str]:
     options = (
         json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.exists() else {}
     )
-    config = DashboardConfig(
-        selector=options.get("selector", DEFAULT.selector),
-        datasource=options.get("datasource", DEFAULT.datasource),
-    )
+    try:
+        config = DashboardConfig(
+            selector=options.get("selector", DEFAULT.selector),
+            datasource=options.get("datasource", DEFAULT.datasource),
+        )
+        label_matchers(options.get("rules_selector", ""))
+    except ValueError as exc:  # (an export.json written by hand, or by an older version)
+        return [f"{manifest_path}: {exc}"]
     regenerate = _regenerate_command(directory, options)
     known = known_metric_names()
     problems: list[str] = []

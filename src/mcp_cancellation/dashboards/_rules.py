@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 from ._config import RUNBOOK_BASE
+from ._selector import label_matchers
 from ._validation import METRIC_NAME, metric_names_in
 
 __all__ = [
@@ -34,9 +35,11 @@ _EXPR = re.compile(r"^(\s*)expr: [|>]-?\s*$")
 
 
 def rules_text(selector: str = "") -> str:
-    """The shipped alert rules, with *selector* (label matchers such as ``job="mcp"``)
-    added to every metric they query."""
+    """The shipped alert rules, with *selector* (label matchers such as ``job="mcp"``,
+    braces optional; ``ValueError`` if it is not one) added to every metric they
+    query."""
     text = resources.files(__package__).joinpath(RULES_FILE).read_text(encoding="utf-8")
+    selector = label_matchers(selector)
     return with_selector(text, selector) if selector else text
 
 
