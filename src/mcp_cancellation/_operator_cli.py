@@ -75,7 +75,11 @@ def add_inspect_parser(subparsers: Any) -> None:
     inspect.add_argument(
         "--scope", help="only this scope, as the dashboards show it (ip:203.0.113.7)"
     )
-    inspect.add_argument("--kind", help="only this scope kind (session, principal, ip, ...)")
+    inspect.add_argument(
+        "--kind",
+        help="only rows of this kind: 'request' or 'task' (the KIND column), or of this "
+        "scope kind: 'session', 'principal', 'ip', 'global' or 'other'",
+    )
     inspect.add_argument("--tool", help="only calls of this tool")
     inspect.add_argument(
         "--min-age", type=float, default=None, metavar="SECONDS", help="only older requests"

@@ -124,6 +124,10 @@ def _selected(
     ]
 
 
+#: A row's kinds (``RequestView.kind``, the listing's KIND column).
+ROW_KINDS = ("request", "task")
+
+
 async def list_requests(
     registry: CancellationRegistry,
     *,
@@ -134,9 +138,14 @@ async def list_requests(
     hash_key: str | bytes | None = None,
 ) -> list[RequestView]:
     """The requests in flight and the tasks kept (SEP-2663: ``kind`` ``task``, running
-    or ended), oldest first, filtered by scope (as the dashboards show it), scope kind,
-    tool and minimum age (seconds)."""
+    or ended), oldest first, filtered by scope (as the dashboards show it), *kind*, tool
+    and minimum age (seconds). *kind* is a row's kind, ``request`` or ``task`` (the
+    listing's KIND column), or a scope kind (``session``, ``principal``, ``ip``,
+    ``global``, ``other``): the two sets of names never meet."""
     labeler = ScopeLabeler(hash_key)
+    row_kind = kind if kind in ROW_KINDS else None
+    if row_kind is not None:
+        kind = None
     tasks = await _tasks(registry)
     pairs = _views(await registry.requests(), labeler)
     views = []
@@ -163,6 +172,8 @@ async def list_requests(
         )
         if _selected([(view, None)], scope=scope, kind=kind, tool=tool, min_age=min_age):
             views.append(view)
+    if row_kind is not None:
+        views = [view for view in views if view.kind == row_kind]
     views.sort(key=lambda v: -v.age)
     return views
 

@@ -22,8 +22,8 @@ from mcp_cancellation import (
 from mcp_cancellation.telemetry.otel import OpenTelemetryBridge
 from mcp_cancellation.telemetry.prometheus import PrometheusBridge
 
-from ..jsonrpc import HANDSHAKE, SSE_AND_JSON, call_body, final_message
-from ..support import UvicornThread
+from ..jsonrpc import HANDSHAKE, MODERN, SSE_AND_JSON, call_body, final_message
+from ..support import UvicornThread, async_wait_until
 from ._helpers import Serve, start_and_cancel
 
 pytestmark = pytest.mark.e2e
@@ -272,3 +272,69 @@ def test_the_core_token_carries_no_http_field_and_the_labels_are_the_bridges_nam
         "mcp.method.name": "tools/call",
         "mcp.protocol.version": "2026-07-28",
     }
+
+
+async def test_the_stateless_protocol_s_methods_are_counted_under_their_own_names(
+    http: httpx.AsyncClient,
+) -> None:
+    """``server/discover`` and ``subscriptions/listen`` (2026-07-28, well-known methods of
+    the conventions) through the middleware in front of a real SDK server: each counted
+    under its name, never ``other``, and no label or attribute is ``mcp.session.id``."""
+    from mcp.server.mcpserver import MCPServer
+
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    collector = CollectorRegistry()
+    prometheus = PrometheusBridge(registry, collector_registry=collector).install()
+    reader = InMemoryMetricReader()
+    otel = OpenTelemetryBridge(
+        registry, meter_provider=MeterProvider(metric_readers=[reader])
+    ).install()
+    server = MCPServer("discoverable", log_level="WARNING")
+    app = server.streamable_http_app(stateless_http=True, json_response=True)
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    try:
+        with UvicornThread(CancellationMiddleware(app, registry=registry)) as running:
+            url = running.url + "/mcp"
+            headers = {**SSE_AND_JSON, "mcp-protocol-version": MODERN}
+            discover = {"jsonrpc": "2.0", "id": 1, "method": "server/discover"}
+            answer = await http.post(
+                url,
+                json={**discover, "params": {"_meta": meta}},
+                headers={**headers, "mcp-method": "server/discover"},
+            )
+            assert "supportedVersions" in final_message(answer)["result"]
+            listen = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "subscriptions/listen",
+                "params": {"_meta": meta, "notifications": {"toolsListChanged": True}},
+            }
+            async with http.stream(
+                "POST", url, json=listen, headers={**headers, "mcp-method": "subscriptions/listen"}
+            ) as stream:
+                assert stream.status_code == 200
+                async for line in stream.aiter_lines():
+                    if line.startswith("data:"):
+                        break  # (the acknowledgement: then the client closes its stream)
+
+            def listened() -> bool:
+                return ("subscriptions/listen", "", "cancelled", MODERN) in prometheus_counts(
+                    collector
+                )
+
+            await async_wait_until(listened, within=10)
+        expected = {
+            ("server/discover", "", "", MODERN): 1,
+            ("subscriptions/listen", "", "cancelled", MODERN): 1,
+        }
+        assert prometheus_counts(collector) == expected
+        assert otel_counts(reader) == expected
+        for family in collector.collect():
+            for sample in family.samples:
+                assert "mcp_session_id" not in sample.labels
+    finally:
+        prometheus.uninstall()
+        otel.uninstall()

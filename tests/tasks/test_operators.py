@@ -44,6 +44,16 @@ async def _inspect_and_cancel(
         assert rows[running]["tool"] == "stubborn"
         assert rows[running]["scope"] == f"ip:{caller.address}"
         assert rows[running]["worker_alive"] is True
+        code, out, err = await cli("inspect", *where, "--kind", "task", "--json")
+        assert code == 0, err
+        assert {row["kind"] for row in json.loads(out)["requests"]} == {"task"}
+        assert {row["id"] for row in json.loads(out)["requests"]} >= {finished, running}
+        code, out, err = await cli("inspect", *where, "--kind", "ip", "--json")
+        assert code == 0, err
+        assert {row["id"] for row in json.loads(out)["requests"]} >= {finished, running}
+        code, out, err = await cli("inspect", *where, "--kind", "request", "--json")
+        assert code == 0, err
+        assert not {row["id"] for row in json.loads(out)["requests"]} & {finished, running}
         code, table, err = await cli("inspect", *where)
         assert code == 0, err
         assert "KIND" in table.splitlines()[0]

@@ -83,8 +83,10 @@ INITIALIZE_METHOD: Final = "initialize"
 #: The method whose ``params.name`` is the tool a request calls.
 TOOLS_CALL_METHOD = "tools/call"
 #: Requests the middleware does not track (their ids are never worth cancelling): the
-#: tasks extension's, answered at once from the task table. They are still counted.
-UNTRACKED_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+#: tasks extension's, answered at once from the task table, and ``subscriptions/listen``,
+#: a stream its client ends by closing it (a listener costs the table nothing). They are
+#: still counted.
+UNTRACKED_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel", "subscriptions/listen"})
 
 
 def classify(body: bytes) -> Message:

@@ -90,16 +90,32 @@ _CLIENT_CANCEL = "Cancelled by the client (tasks/cancel)."
 
 
 class TaskParams(RequestParams):
-    """``tasks/get`` and ``tasks/cancel`` params (a bad ``taskId`` is -32602)."""
+    """``tasks/get`` and ``tasks/cancel`` params. Checked by the handler (a bad
+    ``taskId`` is -32602), not by the model: before 2026-07-28 the methods do not exist,
+    and every call of them is -32601, whatever its params."""
 
     model_config = ConfigDict(extra="allow")
-    task_id: str = Field(alias="taskId", min_length=1, max_length=MAX_TASK_ID_CHARS)
+    task_id: Any = Field(default=None, alias="taskId")
+
+    def checked_id(self) -> str:
+        """The ``taskId``, or -32602."""
+        task_id = self.task_id
+        if not isinstance(task_id, str) or not 0 < len(task_id) <= MAX_TASK_ID_CHARS:
+            raise MCPError(INVALID_PARAMS, "Invalid params: taskId")
+        return task_id
 
 
 class UpdateParams(TaskParams):
-    """``tasks/update`` params."""
+    """``tasks/update`` params (checked by the handler, as :class:`TaskParams`)."""
 
-    input_responses: dict[str, Any] = Field(alias="inputResponses", max_length=MAX_ANSWERS)
+    input_responses: Any = Field(default=None, alias="inputResponses")
+
+    def checked_responses(self) -> dict[str, Any]:
+        """The ``inputResponses``, or -32602."""
+        responses = self.input_responses
+        if not isinstance(responses, dict) or len(responses) > MAX_ANSWERS:
+            raise MCPError(INVALID_PARAMS, "Invalid params: inputResponses")
+        return responses
 
 
 class TasksExtension(Extension):
@@ -536,7 +552,7 @@ class TasksExtension(Extension):
     async def _update(
         self, ctx: ServerRequestContext[Any, Any], params: UpdateParams
     ) -> HandlerResult:
-        responses = params.input_responses
+        responses = params.checked_responses()
         record = await self._find(ctx, params)
         answers: dict[str, str] = {}
         size = 0
@@ -559,7 +575,7 @@ class TasksExtension(Extension):
         """The caller's task that *params* names; the SEP's errors otherwise."""
         if not _declares(ctx):
             raise _missing_extension()
-        task_id = params.task_id
+        task_id = params.checked_id()
         sent = _header(ctx, MCP_NAME_HEADER)
         if sent is None and self.require_mcp_name:
             raise MCPError(HEADER_MISMATCH, "The Mcp-Name header (the taskId) is required")

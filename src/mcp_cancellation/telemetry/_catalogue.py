@@ -357,6 +357,9 @@ _METHODS: Final = frozenset(
         "tasks/cancel",
         "tasks/list",
         "tasks/result",
+        # 2026-07-28: the conventions' well-known methods of the stateless protocol.
+        "server/discover",
+        "subscriptions/listen",
     }
 )
 
