@@ -147,3 +147,62 @@ async def test_the_guides_module_cancels_across_workers_and_serves_their_metrics
     text = log.read_text(encoding="utf-8", errors="replace")
     assert text.count("cancelled request") == CALLS, server_log.tail()
     assert "Traceback" not in text, server_log.tail()
+
+
+async def test_tasks_running_is_the_whole_table_s_whichever_worker_answers_the_scrape(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """The guide's module, two uvicorn workers, ``PROMETHEUS_MULTIPROC_DIR``: tasks start
+    on both workers and end, and every scrape, whichever worker answers it, shows the
+    tasks running in the table (each scrape a new connection)."""
+    from ..tasks._workers import Caller
+
+    (tmp_path / "myserver.py").write_text(_block_of_the_guide("# myserver.py"))
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    log = tmp_path / "uvicorn.log"
+    server_log = ServerLog(f"uvicorn myserver:app, {WORKERS} workers", log)
+    environ = dict(
+        os.environ,
+        MCP_CANCELLATION_REDIS_URL=redis_server.url,
+        PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
+    )
+
+    def spawn(port: int) -> subprocess.Popen[bytes]:
+        with log.open("wb") as out:
+            return subprocess.Popen(
+                [arg.format(port=port) for arg in COMMANDS["uvicorn"]],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=tmp_path,
+                env=environ,
+            )
+
+    port, process = start_on_free_port(spawn, lambda _: _startups(log) >= WORKERS, server_log)
+    base = f"http://127.0.0.1:{port}"
+    storage = f"{redis_server.url}?prefix={PREFIX}"
+    try:
+        limits = httpx.Limits(max_keepalive_connections=0)  # (each POST: either worker)
+        async with httpx.AsyncClient(timeout=30, limits=limits, trust_env=False) as http:
+            caller = Caller(http, "192.0.2.1")
+
+            async def running_in_every_scrape(expected: int, scrapes: int = 20) -> bool:
+                for _ in range(scrapes):
+                    parsed = samples((await http.get(f"{base}/metrics")).text)
+                    labels = frozenset({"storage": storage, "tool": "long_job"}.items())
+                    count = parsed.get(("mcp_cancellation_tasks_running", labels), 0.0)
+                    if count != expected:  # (a tool with none running has no series)
+                        return False
+                return True
+
+            tasks = []
+            for started in range(1, 4):
+                tasks.append(await caller.create(base, "long_job", {"steps": 600}))
+                await async_wait_until(lambda n=started: running_in_every_scrape(n), within=15)
+            for task_id in tasks:
+                answer = await caller.rpc(base, "tasks/cancel", {"taskId": task_id})
+                assert "result" in answer, answer
+            await async_wait_until(lambda: running_in_every_scrape(0), within=30)
+    finally:
+        stop_process(process)
+    assert "Traceback" not in log.read_text(encoding="utf-8", errors="replace"), server_log.tail()

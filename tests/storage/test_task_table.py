@@ -10,6 +10,7 @@ second and wait for the condition; on memory a clock of the test's own moves."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 
@@ -273,6 +274,28 @@ async def test_after_a_table_loss_a_claim_writes_the_running_task_again(
     assert found.status == "working"
     assert await table.create(record("ip:a", "other"), 1, None) == "quota"  # counted again
     assert await table.claim(task) == "running"
+
+
+async def test_the_summary_counts_the_running_tasks_of_the_whole_table_by_tool(
+    tasks: Table,
+) -> None:
+    """What ``tasks_running`` shows: the table's own count, whichever process reads it;
+    a claim of a running task counts it once, a task written again after a table loss
+    counts again."""
+    table = tasks.table
+    for i in range(3):
+        await table.create(record("ip:a", f"t{i}"), None, None)
+    await table.create(dataclasses.replace(record("ip:b", "o"), tool="report"), None, None)
+    assert (await tasks.storage.summary(5)).tasks_running == {"slow": 3, "report": 1}
+    await end(table, "ip:a", "t0", "completed")
+    await end(table, "ip:b", "o", "failed")
+    assert await table.claim(record("ip:a", "t1")) == "running"
+    assert (await tasks.storage.summary(5)).tasks_running == {"slow": 2}
+    if tasks.shared:
+        await tasks.flush()
+        assert (await tasks.storage.summary(5)).tasks_running == {}
+        assert await table.claim(record("ip:a", "t1")) == "restored"
+        assert (await tasks.storage.summary(5)).tasks_running == {"slow": 1}
 
 
 async def test_a_dead_worker_s_tasks_end_failed_once(shared_tasks: Table) -> None:

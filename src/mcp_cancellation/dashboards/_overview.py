@@ -419,7 +419,7 @@ OVERVIEW: tuple[Panel | Row, ...] = (
         "Tasks running by tool",
         "Tasks whose tool runs now, by tool, summed over the processes that run them.",
         "short",
-        (Target(f"sum by (tool) ({metric('tasks_running')})", "{{tool}}"),),
+        (Target(f"sum by (tool) ({per_table('tasks_running', 'tool')})", "{{tool}}"),),
         w=8,
         no_value="No task",
     ),

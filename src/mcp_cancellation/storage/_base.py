@@ -160,6 +160,9 @@ class TableSummary:
     #: How many scopes hold at least the ``at_least`` rows the summary was asked about
     #: (0 when it was not): the scopes near their quota, from the same index.
     at_least: int = 0
+    #: The tasks whose tool runs now, in the whole table, by tool (the task table's count,
+    #: kept as tasks start and end).
+    tasks_running: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, stats: StorageStats, top_k: int, at_least: int | None = None) -> TableSummary:

@@ -345,7 +345,13 @@ class MemoryStorage(Storage):
         for scope, n in flights.items():
             kind = scope_kind(scope)
             in_flight[kind] = in_flight.get(kind, 0) + n
-        return TableSummary(rows=rows, in_flight=in_flight, largest=largest, at_least=near)
+        return TableSummary(
+            rows=rows,
+            in_flight=in_flight,
+            largest=largest,
+            at_least=near,
+            tasks_running=self._tasks.running(),
+        )
 
     def check_index(self) -> None:
         """Assert that the scope-size index and the kind totals agree with the rows (for

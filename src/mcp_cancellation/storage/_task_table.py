@@ -255,6 +255,16 @@ class MemoryTaskTable(TaskTable):
         self._expiries: list[tuple[float, str, str]] = []  # a heap: (expiry, scope, id)
         self._per_scope: dict[str, int] = {}
 
+    def running(self) -> dict[str, int]:
+        """The tasks whose tool runs now, by tool (at once, from any thread)."""
+        counts: dict[str, int] = {}
+        with self._lock:
+            for _, fields in self._tasks.values():
+                if fields.get("status") in ACTIVE:
+                    tool = fields.get("tool", "")
+                    counts[tool] = counts.get(tool, 0) + 1
+        return counts
+
     def _prune(self, now: float) -> None:
         expiries = self._expiries
         while expiries and expiries[0][0] <= now:

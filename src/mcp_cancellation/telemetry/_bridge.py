@@ -60,8 +60,6 @@ class Bridge:
     """
 
     def __init__(self, registry: CancellationRegistry | None) -> None:
-        self._tasks_lock = threading.Lock()
-        self._running_tasks: dict[str, int] = {OTHER_TOOL: 0}
         self._registry_ref = weakref.ref(registry) if registry is not None else None
         self._install_lock = threading.Lock()
         self._installed = False
@@ -159,22 +157,13 @@ class Bridge:
 
     # -- tasks (counted by the worker that runs each) -----------------------------------
 
-    @property
-    def tasks_running(self) -> dict[str, int]:
-        """Tasks whose tool runs in this process now, by tool label (from the signals)."""
-        with self._tasks_lock:
-            return dict(self._running_tasks)
-
     @never_raise
     def _on_task_created(
         self, sender: object, *, task_id: str, tool: str | None = None, **_: object
     ) -> None:
         if self._skips(sender):
             return
-        label = tool or OTHER_TOOL
-        with self._tasks_lock:
-            self._running_tasks[label] = self._running_tasks.get(label, 0) + 1
-        self._task_created(task_id, label)
+        self._task_created(task_id, tool or OTHER_TOOL)
 
     @never_raise
     def _on_task_ended(
@@ -190,13 +179,8 @@ class Bridge:
     ) -> None:
         if self._skips(sender):
             return
-        label = tool or OTHER_TOOL
-        if not orphaned:  # an orphan ran in a process that died, not in this one
-            with self._tasks_lock:
-                left = self._running_tasks.get(label, 0) - 1
-                self._running_tasks[label] = max(0, left)
         if status in TASK_STATUSES:
-            self._task_ended(task_id, label, status, seconds)
+            self._task_ended(task_id, tool or OTHER_TOOL, status, seconds)
 
     @never_raise
     def _on_task_rejected(self, sender: object, *, scope: str, reason: str, **_: object) -> None:

@@ -205,8 +205,9 @@ ALL: tuple[MetricInfo, ...] = (
     MetricInfo(
         PREFIX + "tasks_running",
         "gauge",
-        ("tool",),
-        "Tasks whose tool runs in this process now, by tool.",
+        ("storage", "tool"),
+        "Tasks whose tool runs now, in the whole table, by tool (every process that shares "
+        "the table reports the same value).",
     ),
     MetricInfo(
         PREFIX + "task_duration_seconds",
@@ -277,6 +278,7 @@ TABLE_STATE: Final = frozenset(
         "max_rows_per_scope",
         "scope_rows",
         "scopes_near_quota",
+        "tasks_running",
     )
 )
 

@@ -51,8 +51,6 @@ class TableState:
     #: Requests of this process running past ``cancel_grace`` after their cancellation,
     #: by tool label.
     ignored: Mapping[str, int] = field(default_factory=dict)
-    #: Tasks whose tool runs in this process, by tool label.
-    tasks_running: Mapping[str, int] = field(default_factory=dict)
 
 
 def ignored_by_tool(registry: CancellationRegistry) -> dict[str, int]:
@@ -83,8 +81,6 @@ def gauge_values(state: TableState) -> Iterator[GaugeValues]:
         points.append(((label, reason), float(entry.estimate)))
     yield PREFIX + "scope_rejections", points
     yield PREFIX + "ignored_cancellations", [((t,), float(n)) for t, n in state.ignored.items()]
-    running = state.tasks_running
-    yield PREFIX + "tasks_running", [((t,), float(n)) for t, n in running.items()]
 
 
 def _row_gauges(
@@ -102,3 +98,6 @@ def _row_gauges(
         by_label[label] = by_label.get(label, 0) + count
     yield PREFIX + "scope_rows", [((storage, label), float(n)) for label, n in by_label.items()]
     yield PREFIX + "scopes_near_quota", [((storage,), float(summary.at_least))]
+    # The running tasks of the whole table (``other``: the series exists at 0).
+    running = {OTHER_TOOL: 0, **summary.tasks_running}
+    yield PREFIX + "tasks_running", [((storage, t), float(n)) for t, n in running.items()]

@@ -313,8 +313,9 @@ class SummaryCall:
     @staticmethod
     def decode(reply: list[Any]) -> TableSummary:
         """Rows by kind (``P kinds``, without its ``_v`` marker), the owners in flight by
-        scope (summed by kind here), the largest scopes, the near-quota count."""
-        kinds, flights, largest, near = reply
+        scope (summed by kind here), the largest scopes, the near-quota count, the running
+        tasks by tool."""
+        kinds, flights, largest, near, running = reply
         in_flight: dict[str, int] = {}
         for scope, n in _pairs(flights):
             kind = scope_kind(scope)
@@ -324,6 +325,7 @@ class SummaryCall:
             in_flight={kind: n for kind, n in in_flight.items() if n > 0},
             largest=tuple(_pairs(largest)),
             at_least=int(near),
+            tasks_running={tool: n for tool, n in _pairs(running) if n > 0},
         )
 
 

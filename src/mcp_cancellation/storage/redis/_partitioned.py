@@ -266,11 +266,15 @@ def _merge(parts: Collection[TableSummary], top_k: int) -> TableSummary:
     """One summary of disjoint partitions: totals added, the largest scopes merged."""
     rows: dict[str, int] = {}
     in_flight: dict[str, int] = {}
+    running: dict[str, int] = {}
     for part in parts:
-        for kind, n in part.rows.items():
-            rows[kind] = rows.get(kind, 0) + n
-        for kind, n in part.in_flight.items():
-            in_flight[kind] = in_flight.get(kind, 0) + n
+        for counts, added in (
+            (rows, part.rows),
+            (in_flight, part.in_flight),
+            (running, part.tasks_running),
+        ):
+            for name, n in added.items():
+                counts[name] = counts.get(name, 0) + n
     largest = heapq.nsmallest(
         top_k, (item for part in parts for item in part.largest), key=lambda kv: -kv[1]
     )
@@ -279,6 +283,7 @@ def _merge(parts: Collection[TableSummary], top_k: int) -> TableSummary:
         in_flight=in_flight,
         largest=tuple(largest),
         at_least=sum(part.at_least for part in parts),
+        tasks_running=running,
     )
 
 

@@ -170,7 +170,6 @@ class OpenTelemetryBridge(Bridge):
                 top_k=self.top_k,
                 labeler=self.labeler,
                 ignored=ignored_by_tool(registry),
-                tasks_running=self.tasks_running,
             )
             self._state = (now, state)
             return state

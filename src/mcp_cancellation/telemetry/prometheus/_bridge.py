@@ -407,7 +407,6 @@ class PrometheusBridge(Bridge):
             top_k=self.top_k,
             labeler=self.labeler,
             ignored=ignored_by_tool(registry),
-            tasks_running=self.tasks_running,
         )
 
     # -- exposition --------------------------------------------------------------------

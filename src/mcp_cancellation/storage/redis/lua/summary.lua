@@ -7,7 +7,8 @@
 --   3 at_least   count the scopes holding at least this many rows ('' for none)
 -- Reply (decoded by _contracts.SummaryCall.decode): {P kinds as field/value pairs, P fs
 -- likewise, the k largest scopes and their counts in eviction order (largest first,
--- equal sizes oldest row first), the number of scopes holding at least at_least rows}.
+-- equal sizes oldest row first), the number of scopes holding at least at_least rows,
+-- the running tasks by tool (P trunning, lua/tasks.lua) as field/value pairs}.
 local k = tonumber(ARGV[2])
 ensure_kinds()
 local largest = {}
@@ -27,4 +28,5 @@ while size and found < k do
 end
 local near = 0
 if ARGV[3] and ARGV[3] ~= '' then near = redis.call('ZCOUNT', SCOPES, ARGV[3], '+inf') end
-return {redis.call('HGETALL', KINDS), redis.call('HGETALL', FS), largest, near}
+local running = redis.call('HGETALL', P .. 'trunning')
+return {redis.call('HGETALL', KINDS), redis.call('HGETALL', FS), largest, near, running}

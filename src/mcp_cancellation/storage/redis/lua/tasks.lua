@@ -30,11 +30,18 @@ local function settle_index(key, now)
     redis.call('PEXPIRE', key, ms(expiry - now))
   end
 end
+-- P trunning: the running tasks by tool (what the tasks_running gauge shows, table-wide):
+-- counted when a task joins P tasks running, and when it ends.
+local RUNNING = P .. 'trunning'
+local function count_running(m, by)
+  local tool = redis.call('HGET', task_key(m), 'tool') or ''
+  if redis.call('HINCRBY', RUNNING, tool, by) <= 0 then redis.call('HDEL', RUNNING, tool) end
+end
 -- Index a running task: no expiry while it runs, and in its worker's runs.
 local function index_running(scope, id, m, worker)
   redis.call('ZADD', scope_tasks(scope), '+inf', id)
   redis.call('PERSIST', scope_tasks(scope))
-  redis.call('ZADD', ALL, '+inf', m)
+  if redis.call('ZADD', ALL, '+inf', m) == 1 then count_running(m, 1) end
   redis.call('PERSIST', ALL)
   redis.call('SADD', runs_key(worker), m)
   redis.call('SADD', RUNNERS, worker)
@@ -46,6 +53,8 @@ local function end_task(m, now)
   local scope, id = unmember(m)
   local ttl = tonumber(redis.call('HGET', task, 'ttl') or '0') or 0
   local expiry = now + math.max(1, ttl)
+  local score = redis.call('ZSCORE', ALL, m)
+  if score and tonumber(score) == math.huge then count_running(m, -1) end
   redis.call('PEXPIRE', task, ms(math.max(1, ttl)))
   redis.call('ZADD', scope_tasks(scope), 'XX', ms(expiry), id)
   redis.call('ZADD', ALL, 'XX', ms(expiry), m)
