@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 
 #: The suite (the release the official python-sdk's CI pins, or newer) and the Node it
 #: needs (the npm package ``node`` ships the binary).
-REQUIREMENT = ("node@22", "@modelcontextprotocol/conformance@0.2.0-alpha.11")
+REQUIREMENT = ("node@22", "@modelcontextprotocol/conformance@0.2.0-alpha.12")
 TOOLS = Path(os.environ.get("MCP_CANCELLATION_CONFORMANCE_DIR", project_root() / ".conformance"))
 VERSIONS = ["2025-11-25", "2026-07-28"]
 TASK_SCENARIOS = [

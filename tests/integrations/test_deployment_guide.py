@@ -59,10 +59,12 @@ def _startups(log: Path) -> int:
     return log.read_text(encoding="utf-8", errors="replace").count("Application startup complete")
 
 
-@pytest.mark.parametrize("server", ["uvicorn", "gunicorn"])
-async def test_the_guides_module_cancels_across_workers_and_serves_their_metrics(
+def _serve_the_guide(
     tmp_path: Path, redis_server: RedisServer, server: str
-) -> None:
+) -> tuple[int, subprocess.Popen[bytes], Path, ServerLog]:
+    """The guide's files written as a user copies them, served by *server* with the
+    page's command (two workers, ``PROMETHEUS_MULTIPROC_DIR``) once every worker started:
+    its port, process, log and the log's reader."""
     for name in ("myserver.py", "gunicorn.conf.py"):
         block = _block_of_the_guide(f"# {name}")
         (tmp_path / name).write_text(block, encoding="utf-8")
@@ -87,6 +89,14 @@ async def test_the_guides_module_cancels_across_workers_and_serves_their_metrics
             )
 
     port, process = start_on_free_port(spawn, lambda _: _startups(log) >= WORKERS, server_log)
+    return port, process, log, server_log
+
+
+@pytest.mark.parametrize("server", ["uvicorn", "gunicorn"])
+async def test_the_guides_module_cancels_across_workers_and_serves_their_metrics(
+    tmp_path: Path, redis_server: RedisServer, server: str
+) -> None:
+    port, process, log, server_log = _serve_the_guide(tmp_path, redis_server, server)
     observer = CancellationRegistry(
         RedisStorage.from_url(redis_server.url, prefix=PREFIX), janitor_interval=None
     )
@@ -157,28 +167,7 @@ async def test_tasks_running_is_the_whole_table_s_whichever_worker_answers_the_s
     tasks running in the table (each scrape a new connection)."""
     from ..tasks._workers import Caller
 
-    (tmp_path / "myserver.py").write_text(_block_of_the_guide("# myserver.py"))
-    metrics_dir = tmp_path / "metrics"
-    metrics_dir.mkdir()
-    log = tmp_path / "uvicorn.log"
-    server_log = ServerLog(f"uvicorn myserver:app, {WORKERS} workers", log)
-    environ = dict(
-        os.environ,
-        MCP_CANCELLATION_REDIS_URL=redis_server.url,
-        PROMETHEUS_MULTIPROC_DIR=str(metrics_dir),
-    )
-
-    def spawn(port: int) -> subprocess.Popen[bytes]:
-        with log.open("wb") as out:
-            return subprocess.Popen(
-                [arg.format(port=port) for arg in COMMANDS["uvicorn"]],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=tmp_path,
-                env=environ,
-            )
-
-    port, process = start_on_free_port(spawn, lambda _: _startups(log) >= WORKERS, server_log)
+    port, process, log, server_log = _serve_the_guide(tmp_path, redis_server, "uvicorn")
     base = f"http://127.0.0.1:{port}"
     storage = f"{redis_server.url}?prefix={PREFIX}"
     try:

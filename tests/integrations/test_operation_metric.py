@@ -5,6 +5,8 @@ told apart by ``error.type`` ``cancelled``, a failed one by its JSON-RPC error c
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -170,14 +172,7 @@ async def test_an_error_type_is_bounded(error_type: str, label: str) -> None:
 async def test_a_request_no_integration_served_is_not_an_operation() -> None:
     """A block without an MCP method (a task's run, a library's own ``registry.request()``)
     is not a JSON-RPC request: neither bridge counts it on the MCP metric."""
-    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
-    collector = CollectorRegistry()
-    prometheus = PrometheusBridge(registry, collector_registry=collector).install()
-    reader = InMemoryMetricReader()
-    otel = OpenTelemetryBridge(
-        registry, meter_provider=MeterProvider(metric_readers=[reader])
-    ).install()
-    try:
+    with both_bridges() as (registry, collector, reader):
         async with registry.request(1, "ip:192.0.2.1", tool="slow"):
             pass
         async with registry.request(2, "ip:192.0.2.1", labels={"error.type": "-32602"}):
@@ -186,6 +181,23 @@ async def test_a_request_no_integration_served_is_not_an_operation() -> None:
             pass
         assert prometheus_counts(collector) == {("ping", "", "", ""): 1}
         assert otel_counts(reader) == {("ping", "", "", ""): 1}
+
+
+@contextlib.contextmanager
+def both_bridges() -> Iterator[
+    tuple[CancellationRegistry, CollectorRegistry, InMemoryMetricReader]
+]:
+    """A registry on memory with both bridges installed (a Prometheus collector registry
+    and an OpenTelemetry in-memory reader of its own), uninstalled after."""
+    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
+    collector = CollectorRegistry()
+    prometheus = PrometheusBridge(registry, collector_registry=collector).install()
+    reader = InMemoryMetricReader()
+    otel = OpenTelemetryBridge(
+        registry, meter_provider=MeterProvider(metric_readers=[reader])
+    ).install()
+    try:
+        yield registry, collector, reader
     finally:
         prometheus.uninstall()
         otel.uninstall()
@@ -282,20 +294,13 @@ async def test_the_stateless_protocol_s_methods_are_counted_under_their_own_name
     under its name, never ``other``, and no label or attribute is ``mcp.session.id``."""
     from mcp.server.mcpserver import MCPServer
 
-    registry = CancellationRegistry(MemoryStorage(), janitor_interval=None)
-    collector = CollectorRegistry()
-    prometheus = PrometheusBridge(registry, collector_registry=collector).install()
-    reader = InMemoryMetricReader()
-    otel = OpenTelemetryBridge(
-        registry, meter_provider=MeterProvider(metric_readers=[reader])
-    ).install()
     server = MCPServer("discoverable", log_level="WARNING")
     app = server.streamable_http_app(stateless_http=True, json_response=True)
     meta = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
     }
-    try:
+    with both_bridges() as (registry, collector, reader):
         with UvicornThread(CancellationMiddleware(app, registry=registry)) as running:
             url = running.url + "/mcp"
             headers = {**SSE_AND_JSON, "mcp-protocol-version": MODERN}
@@ -335,6 +340,3 @@ async def test_the_stateless_protocol_s_methods_are_counted_under_their_own_name
         for family in collector.collect():
             for sample in family.samples:
                 assert "mcp_session_id" not in sample.labels
-    finally:
-        prometheus.uninstall()
-        otel.uninstall()
