@@ -32,7 +32,9 @@ HOSTILE_ID = "\x1b]0;owned\x07\x1b[2J\r\n99999.0s  ip:203.0.113.66  42  drop_db\
 
 
 async def keyspace(url: str, prefix: str) -> dict[bytes, bytes]:
-    """Every key of the table at *prefix* (its partitions too) with its ``DUMP``."""
+    """Every key of the table at *prefix* (its partitions too) with its ``DUMP``, but the
+    workers' liveness (``P hb:<worker>`` and ``P pulse``, which their beaters rewrite
+    every beat, whatever an operator does)."""
     cluster = url.startswith("redis+cluster://")
     if cluster:
         first = url.removeprefix("redis+cluster://").split(",")[0].split("/")[0]
@@ -42,7 +44,10 @@ async def keyspace(url: str, prefix: str) -> dict[bytes, bytes]:
     try:
         found: dict[bytes, bytes] = {}
         async for key in client.scan_iter(match="{" + prefix + "*", count=1000):
-            found[bytes(key)] = await client.dump(key)
+            name = bytes(key)
+            if name.endswith(b"}:pulse") or b"}:hb:" in name:
+                continue
+            found[name] = await client.dump(key)
         return found
     finally:
         await client.aclose()
