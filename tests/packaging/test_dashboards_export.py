@@ -6,7 +6,12 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from ..support import project_root
+
+#: (Each builds a wheel or a virtualenv: seconds, left out of ./dev quick.)
+pytestmark = pytest.mark.slow
 
 DASHBOARDS = project_root() / "dashboards"
 

@@ -11,6 +11,9 @@ import pytest
 
 from ..support import project_root
 
+#: (Each builds a wheel or a virtualenv: seconds, left out of ./dev quick.)
+pytestmark = pytest.mark.slow
+
 
 def _dev(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

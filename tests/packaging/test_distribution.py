@@ -10,7 +10,12 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from ..support import project_root
+
+#: (Each builds a wheel or a virtualenv: seconds, left out of ./dev quick.)
+pytestmark = pytest.mark.slow
 
 
 def _metadata(dist: Path) -> email.message.Message:

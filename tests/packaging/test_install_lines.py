@@ -15,6 +15,9 @@ import pytest
 
 from ..support import project_root
 
+#: (Each builds a wheel or a virtualenv: seconds, left out of ./dev quick.)
+pytestmark = pytest.mark.slow
+
 #: A ``pip install`` line in a document (a fenced command, or inline code), up to its end.
 _LINE = re.compile(r"pip install ((?:[^`\n\\]|\\\n)+)")
 

@@ -33,6 +33,9 @@ from pathlib import Path
 
 import pytest
 
+#: (Each builds a wheel or a virtualenv: seconds, left out of ./dev quick.)
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.redis
 def test_blocked(redis_server):

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+#: (Each builds a wheel or a virtualenv: seconds, left out of ./dev quick.)
+pytestmark = pytest.mark.slow
+
 #: (what the user imports, the extra it needs, the feature the message names)
 CASES = [
     ("from mcp_cancellation import RedisStorage", "redis", "RedisStorage"),

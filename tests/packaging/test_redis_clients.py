@@ -15,7 +15,8 @@ import pytest
 
 from ..support import redis_url
 
-pytestmark = pytest.mark.redis
+#: (Each builds a wheel or a virtualenv: seconds, left out of ./dev quick.)
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 SCRIPT = textwrap.dedent(
     """

@@ -268,6 +268,7 @@ async def test_40_scopes_of_256_over_a_10000_cap_all_keep_inserting(
     assert sum((await rows(registry)).values()) <= 10_000
 
 
+@pytest.mark.slow  # (40 scopes filled one by one)
 async def test_40_scopes_filled_one_after_another_are_never_refused(
     make_registry: MakeRegistry,
 ) -> None:

@@ -330,6 +330,7 @@ def test_registry_matches_the_reference_model() -> None:
 
 
 @pytest.mark.redis
+@pytest.mark.slow  # (hundreds of generated steps on Redis)
 def test_registry_matches_the_reference_model_on_redis(redis_server: RedisServer) -> None:
     """The same machine on a real redis-server: fewer examples (every step is network
     round trips), and no TTL expiry since Redis ages come from the server's clock."""

@@ -176,6 +176,7 @@ def _run_threads(registry: CancellationRegistry, threads: int, operations: int) 
     return {key: sum(c[key] for c in counts) for key in COUNTERS}
 
 
+@pytest.mark.slow  # (a minute of thread switching)
 def test_eight_threads_each_with_its_own_loop(busy_switching: None) -> None:
     storage = MemoryStorage()
     registry = CancellationRegistry(

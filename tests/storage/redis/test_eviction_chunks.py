@@ -23,7 +23,8 @@ from ._helpers import (
     settled,
 )
 
-pytestmark = pytest.mark.redis
+#: (Tables of tens of thousands of rows: seconds each, left out of ./dev quick.)
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 SCOPES = ["ip:a", "ip:b", "ip:c", "principal:d", "session:e", "ip:f"]
 

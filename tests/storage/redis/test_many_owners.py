@@ -18,7 +18,8 @@ from mcp_cancellation.storage.redis import RedisStorage
 from ...support import HeldRequest, MakeRegistry, RedisServer, async_wait_until
 from ._helpers import calls_between, command_calls, settled
 
-pytestmark = pytest.mark.redis
+#: (Tables of tens of thousands of rows: seconds each, left out of ./dev quick.)
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 #: Calls of one id per worker: 5 000 in all, past what one Lua call may unpack.
 OWNERS = 2_500

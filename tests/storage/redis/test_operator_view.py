@@ -13,7 +13,8 @@ from mcp_cancellation.storage.redis import RedisStorage
 from ...support import RedisServer
 from ._helpers import MakeStorage, calls_between, command_calls
 
-pytestmark = pytest.mark.redis
+#: (Tables of tens of thousands of rows: seconds each, left out of ./dev quick.)
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 CALLS = 40_000
 WORKERS = ("alive-worker", "dead-worker")

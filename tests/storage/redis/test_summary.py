@@ -87,12 +87,13 @@ async def test_a_summary_is_one_script_call(make_storage: MakeStorage, raw: Redi
     summary = await storage.summary(5)
     assert CountingConnection.sent - sent == 1
     # The script's own commands (commandstats counts them too): the largest size, one
-    # level, the two hashes, and the check that the kind totals are kept. No scan.
+    # level, the three hashes (rows by kind, owners by scope, running tasks by tool), and
+    # the check that the kind totals are kept. No scan.
     assert await calls_between(raw, before) == {
         "evalsha": 1,
         "zrevrange": 1,
         "zrange": 1,
-        "hgetall": 2,
+        "hgetall": 3,
         "hsetnx": 1,
     }
     assert summary.rows == {"ip": 300}
