@@ -75,7 +75,7 @@ def decode_in_flight(
     reason: bytes | None = None
     if mark is not None:
         reached, at, value = _mark(to_bytes(mark))
-        if int(sequence) <= reached or (at is not None and int(started) * 1000 <= at):
+        if int(sequence) <= reached or int(started) * 1000 <= at:
             reason = value
     return InFlightRequest(
         scope=text(scope),
@@ -89,13 +89,9 @@ def decode_in_flight(
     )
 
 
-def _mark(mark: bytes) -> tuple[int, int | None, bytes]:
-    """A mark's sequence, time (µs; ``None`` in a mark an earlier version wrote,
-    ``<sequence>:<reason>``, whose encoded reason starts with ``+`` or ``-``) and
-    reason."""
+def _mark(mark: bytes) -> tuple[int, int, bytes]:
+    """A mark's sequence, time (µs) and reason."""
     reached, _, rest = mark.partition(b":")
-    if rest[:1] in (b"+", b"-"):
-        return int(reached), None, rest
     at, _, value = rest.partition(b":")
     return int(reached), int(at), value
 

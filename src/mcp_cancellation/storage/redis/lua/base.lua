@@ -7,9 +7,8 @@ local function hb_key(w) return P .. 'hb:' .. w end
 local function netstring(s) return #s .. ':' .. s end
 local function member(scope, key) return netstring(scope) .. key end
 -- Sigils, as the first byte of a value (string.byte): '!' a mark, or a claimed waiting
--- cancellation; '*' a pending row; '+' and '-' an encoded reason (with text, or none);
--- and SYNC's operations 'T', 'U', 'S' ('F' the rest).
-local BANG, STAR, PLUS, MINUS = 33, 42, 43, 45
+-- cancellation; '*' a pending row; and SYNC's operations 'T', 'U', 'S' ('F' the rest).
+local BANG, STAR = 33, 42
 local OP_TRACK, OP_UNTRACK, OP_SWEEP = 84, 85, 83
 local function now_us()
   local t = redis.call('TIME')

@@ -61,9 +61,9 @@ local function seek(kind, scope, key)
 end
 -- A request's owners in flight (docs/architecture.md, "The Redis table"): P f:<m> holds
 -- each owner's track, '<sequence>\t<started ms>\t<worker>\t<tool>' (what the operator
--- view shows of it too); P fw:<m> holds its mark ('!' -> '<sequence>:<reason>': every
--- owner tracked at or before that sequence of the table's counter P seq is cancelled, a
--- later one is not) and each worker's count of owners. So a cancellation
+-- view shows of it too); P fw:<m> holds its mark ('!' -> '<sequence>:<time µs>:<reason>':
+-- every owner tracked at or before that sequence of the table's counter P seq is
+-- cancelled, a later one is not, see marked) and each worker's count of owners. So a cancellation
 -- writes one mark and one message per worker, however many owners it reaches. Both keys
 -- go with the request's last owner.
 local function marks_key(m) return P .. 'fw:' .. m end
@@ -76,10 +76,6 @@ local function marked(wk, sequence, started)
   if not mark then return nil end
   local colon = string.find(mark, ':', 1, true)
   local reached = tonumber(string.sub(mark, 1, colon - 1)) >= sequence
-  local c = string.byte(mark, colon + 1)
-  if c == PLUS or c == MINUS then  -- '<sequence>:<reason>', as an earlier version wrote
-    return reached and string.sub(mark, colon + 1) or nil
-  end
   local second = string.find(mark, ':', colon + 1, true)
   if reached or started <= tonumber(string.sub(mark, colon + 1, second - 1)) then
     return string.sub(mark, second + 1)
