@@ -61,6 +61,25 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def end_fields(
+    status: str, result: str | None, error: str | None, reason: str | None
+) -> dict[str, str]:
+    """The fields of a task's end: its status, result or error, its ``statusMessage``
+    (the error's message, or the cancellation's *reason*), and its ``.ender`` (should a
+    call time out and run all the same, the write retried is taken as written, and the
+    run reports the end it wrote)."""
+    fields = {"status": status, "updated": str(now_ms()), ENDER: uuid.uuid4().hex}
+    if result is not None:
+        fields["result"] = result
+    if error is not None:
+        fields["error"] = error
+    if status == "failed" and error is not None:
+        fields["message"] = json.loads(error)["message"]
+    elif status == "cancelled":
+        fields["message"] = reason or "Task cancelled"
+    return fields
+
+
 def _error(code: int, message: str) -> str:
     return json.dumps({"code": code, "message": message})
 
@@ -248,19 +267,8 @@ class TaskRun:
         if self.fenced:
             return
         record = self.record
-        # (Its '.ender': should a call time out and run all the same, the write retried
-        # is taken as written, and this run reports the end it wrote.)
-        fields = {"status": status, "updated": str(now_ms()), ENDER: uuid.uuid4().hex}
-        if result is not None:
-            fields["result"] = result
-        if error is not None:
-            fields["error"] = error
-        # Its statusMessage says why it ended: the error, or the cancellation's reason.
-        if status == "failed" and error is not None:
-            fields["message"] = json.loads(error)["message"]
-        elif status == "cancelled":
-            reason = self.token.reason if self.token is not None else None
-            fields["message"] = reason or "Task cancelled"
+        reason = self.token.reason if self.token is not None else None
+        fields = end_fields(status, result, error, reason)
         table = self.extension.table
         written = False
         delay = 0.05
@@ -287,19 +295,17 @@ class TaskRun:
             return
         if status == "cancelled":
             logger.info(
-                "task %s in scope %s cancelled: %s",
-                record.task_id,
-                record.scope,
-                fields.get("message"),
+                "task %s in scope %s cancelled: %s", record.task_id, record.scope, fields["message"]
             )
         if task_ended.receivers:
+            seconds = max(0.0, (now_ms() - record.created_ms) / 1000)
             task_ended.send(
                 self.extension.registry,
                 task_id=record.task_id,
                 scope=record.scope,
                 tool=self.tool,
                 status=status,
-                seconds=max(0.0, (now_ms() - record.created_ms) / 1000),
+                seconds=seconds,
             )
 
     async def write(self, fields: dict[str, str]) -> None:
