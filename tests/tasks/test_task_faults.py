@@ -19,7 +19,12 @@ import pytest
 from redis.asyncio import Redis
 
 from mcp_cancellation.storage.redis import RedisStorage
-from mcp_cancellation.storage.redis._contracts import CleanupCall, CleanupReply, TaskReapCall
+from mcp_cancellation.storage.redis._contracts import (
+    CleanupCall,
+    CleanupReply,
+    Orphaning,
+    TaskReapCall,
+)
 from mcp_cancellation.storage.redis._scripts import source
 from mcp_cancellation.storage.redis._table import Keys, table_prefix
 
@@ -450,7 +455,7 @@ async def _judge_right_after_a_stall(url: str, prefix: str, seconds: float) -> t
     client = Redis.from_url(url)
     try:
         keys = Keys(table_prefix(prefix))
-        reap = TaskReapCall("1000", "dead", "0", 100, "dead", 60_000)
+        reap = TaskReapCall(Orphaning("1000", "dead", "0", "dead", 60_000), 100)
         cleanup = CleanupCall("a-judge", None, 100, "1000")
         pipe = client.pipeline(transaction=False)
         pipe.execute_command("DEBUG", "SLEEP", str(seconds))

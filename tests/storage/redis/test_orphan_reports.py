@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from mcp_cancellation.storage._task_table import TaskRecord
 from mcp_cancellation.storage.redis import _tasks
-from mcp_cancellation.storage.redis._contracts import TaskReapCall
+from mcp_cancellation.storage.redis._contracts import Orphaning, TaskReapCall
 from mcp_cancellation.storage.redis._scripts import source
 
 from ...support import async_wait_until
@@ -44,7 +44,7 @@ async def test_an_orphaned_end_whose_caller_never_heard_is_handed_again_and_repo
     await asyncio.sleep(0.4)  # (older than the heartbeat TTL: its worker may be judged)
     # A reaper's call that ran, and whose reply its caller never read (it timed out).
     keys = storage.table.keys
-    call = TaskReapCall("300", DEAD, "0", 100, "dead", 300)
+    call = TaskReapCall(Orphaning("300", DEAD, "0", "dead", 300), 100)
     lost = await raw.eval(source("TASK_REAP"), 1, keys.scopes, *call.argv(keys.prefix))
     assert [task_id for _, _, task_id, _ in TaskReapCall.decode(lost)] == ["t"]
     found = await table.get("ip:a", "t", DEAD)

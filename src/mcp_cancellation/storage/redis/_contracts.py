@@ -35,6 +35,7 @@ __all__ = [
     "TaskAnswerCall",
     "TaskClaimCall",
     "TaskCreateCall",
+    "Orphaning",
     "TaskGetCall",
     "TaskReapCall",
     "TaskWriteCall",
@@ -367,29 +368,32 @@ class TaskCreateCall:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Orphaning:
+    """How a dead worker's task is ended, as ``TASK_GET`` and ``TASK_REAP`` both take it
+    (lua/tasks.lua, ``orphan``): a worker is dead once silent *heartbeat_ms* (and a task
+    younger than that is left), the task ends ``failed`` with *error* and its *message*,
+    ``updated`` at *now_ms*, and its end is the caller's alone to report for *lease_ms*."""
+
+    heartbeat_ms: str
+    error: str
+    now_ms: str
+    message: str
+    lease_ms: int
+
+    def argv(self) -> Argv:
+        return [self.heartbeat_ms, self.error, self.now_ms, self.message, str(self.lease_ms)]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class TaskGetCall:
     """``TASK_GET``'s arguments (lua/task_get.lua); :meth:`decode` its reply."""
 
     scope: str
     task_id: str
-    heartbeat_ms: str
-    orphan_error: str
-    now_ms: str
-    message: str
-    #: How long an end it makes is its caller's to report (ms; see :class:`TaskReapCall`).
-    lease_ms: int
+    orphaning: Orphaning
 
     def argv(self, prefix: bytes) -> Argv:
-        return [
-            prefix,
-            self.scope,
-            self.task_id,
-            self.heartbeat_ms,
-            self.orphan_error,
-            self.now_ms,
-            self.message,
-            str(self.lease_ms),
-        ]
+        return [prefix, self.scope, self.task_id, *self.orphaning.argv()]
 
     @staticmethod
     def decode(reply: Any) -> tuple[bool, dict[str, str]] | None:
@@ -444,27 +448,14 @@ class TaskClaimCall:
 class TaskReapCall:
     """``TASK_REAP``'s arguments (lua/task_reap.lua); :meth:`decode` its reply."""
 
-    heartbeat_ms: str
-    orphan_error: str
-    now_ms: str
+    orphaning: Orphaning
+    #: The most tasks one call ends, and the most ends it hands to its caller.
     batch: int
-    message: str
-    #: How long an orphaned end handed to the caller is its alone to report (ms).
-    lease_ms: int
     #: The orphaned ends the caller reported since its last call (members).
     acks: Sequence[bytes] = ()
 
     def argv(self, prefix: bytes) -> Argv:
-        return [
-            prefix,
-            self.heartbeat_ms,
-            self.orphan_error,
-            self.now_ms,
-            str(self.batch),
-            self.message,
-            str(self.lease_ms),
-            *self.acks,
-        ]
+        return [prefix, *self.orphaning.argv(), str(self.batch), *self.acks]
 
     @staticmethod
     def decode(reply: list[Any]) -> list[tuple[bytes, str, str, dict[str, str]]]:

@@ -162,7 +162,7 @@ class RedisStorage(Storage):
             subscription = ChannelSubscription(client)
         self._home = HomeLoop(timeout, self._on_call, self._health, concurrency, prepare)
         self._table = Table(client, keys, self._home, scripts)
-        self._tasks = RedisTaskTable(self._table, heartbeat_ttl)
+        self._tasks = RedisTaskTable(self._table, self._heartbeat_ms)
         # For this long after a worker saw Redis fail (or found the table lost), Redis
         # refuses cancellations of ids it does not see in flight (503, never a 202 that
         # does nothing): a worker may not have re-sent its tracks yet. Long enough for

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .._task_table import LISTED, Claim, Created, TaskRecord, TaskTable
 from ._codec import member, split_member, split_netstrings, text
 from ._contracts import (
+    Orphaning,
     TaskAnswerCall,
     TaskClaimCall,
     TaskCreateCall,
@@ -54,12 +55,18 @@ class RedisTaskTable(TaskTable):
 
     shared = True
 
-    def __init__(self, table: Table, heartbeat_ttl: float) -> None:
+    def __init__(self, table: Table, heartbeat_ms: str) -> None:
         super().__init__()
         self._table = table
-        self._heartbeat_ms = str(max(1, int(heartbeat_ttl * 1000)))
+        self._heartbeat_ms = heartbeat_ms
         #: The orphaned ends this worker reported, to acknowledge with its next reap.
         self._reported: list[bytes] = []
+
+    def _orphaning(self, orphan_error: str) -> Orphaning:
+        """How this worker's calls end a dead worker's task (now)."""
+        return Orphaning(
+            self._heartbeat_ms, orphan_error, _now_ms(), _message_of(orphan_error), ORPHAN_LEASE_MS
+        )
 
     async def _run(self, name: str, call: Any) -> Any:
         return await self._table.run(name, call.argv(self._table.keys.prefix), "task")
@@ -70,15 +77,7 @@ class RedisTaskTable(TaskTable):
         return TaskCreateCall.decode(await self._run("TASK_CREATE", call))
 
     async def get(self, scope: str, task_id: str, orphan_error: str) -> TaskRecord | None:
-        call = TaskGetCall(
-            scope,
-            task_id,
-            self._heartbeat_ms,
-            orphan_error,
-            _now_ms(),
-            _message_of(orphan_error),
-            ORPHAN_LEASE_MS,
-        )
+        call = TaskGetCall(scope, task_id, self._orphaning(orphan_error))
         found = TaskGetCall.decode(await self._run("TASK_GET", call))
         if found is None:
             return None
@@ -103,15 +102,7 @@ class RedisTaskTable(TaskTable):
 
     async def reap(self, orphan_error: str) -> list[TaskRecord]:
         acks = self._reported[:]
-        call = TaskReapCall(
-            self._heartbeat_ms,
-            orphan_error,
-            _now_ms(),
-            REAP_BATCH,
-            _message_of(orphan_error),
-            ORPHAN_LEASE_MS,
-            acks,
-        )
+        call = TaskReapCall(self._orphaning(orphan_error), REAP_BATCH, acks)
         handed = TaskReapCall.decode(await self._run("TASK_REAP", call))
         del self._reported[: len(acks)]  # (acknowledged: a failed call keeps them)
         ended: list[TaskRecord] = []

@@ -63,3 +63,13 @@ local function end_task(m, now)
   local worker = redis.call('HGET', task, 'worker') or ''
   redis.call('SREM', runs_key(worker), m)
 end
+-- A dead worker's task ends failed (the one path: TASK_GET and TASK_REAP), with `error`
+-- and its `message`, 'updated' at `updated`; its end waits in P orphans to be reported,
+-- scored `handed` (when the caller it is handed to may be taken not to have reported
+-- it; 0: handed to none). See task_reap.lua.
+local function orphan(m, now, error, updated, message, handed)
+  redis.call('HSET', task_key(m), 'status', 'failed', 'error', error, 'updated', updated,
+    'message', message)
+  end_task(m, now)
+  redis.call('ZADD', ORPHANS, ms(handed), m)
+end
