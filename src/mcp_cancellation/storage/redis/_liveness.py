@@ -153,6 +153,8 @@ class Liveness:
     def _spawn(self) -> subprocess.Popen[bytes]:
         if _beater.parent_state(os.getpid()) in ("", "?"):
             raise OSError("this system has no /proc to watch the worker from")
+        if getattr(sys, "frozen", False):  # (sys.executable is the application itself)
+            raise OSError("a frozen application has no Python interpreter to run a beater")
         settings = pickle.dumps(self._settings)
         process = subprocess.Popen(
             [sys.executable, _beater.__file__],
