@@ -29,7 +29,7 @@ from typing import Any
 __all__ = ["Beater", "Recipe", "connect", "parent_state"]
 
 #: How often a beater looks at its parent's state (seconds).
-CHECK = 0.05
+CHECK = 0.25
 
 #: How to build a blocking client: ``("redis", connection class name, kwargs)`` or
 #: ``("cluster", [(host, port), ...], kwargs)``.
