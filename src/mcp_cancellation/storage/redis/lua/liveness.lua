@@ -9,8 +9,9 @@
 -- table ran and the worker was silent. Prepended after base.lua to SYNC, CLEANUP, BEAT, TASK_GET and TASK_REAP.
 local PULSE = P .. 'pulse'
 local BEAT_KEPT = 86400000
--- The table's clock now (ms), advanced.
-local function table_ms(beat_ms)
+-- The table's clock now (ms), advanced (`keep`: read only, for a worker's SYNC, which
+-- the beats and judgments around it advance).
+local function table_ms(beat_ms, keep)
   local now = math.floor(now_us() / 1000)
   local v = redis.call('GET', PULSE)
   local t = now
@@ -20,7 +21,7 @@ local function table_ms(beat_ms)
     local gap = math.max(0, math.min(now - last, math.floor(beat_ms * 3 / 8)))
     t = tonumber(string.sub(v, colon + 1)) + gap
   end
-  redis.call('SET', PULSE, string.format('%.0f:%.0f', now, t))
+  if not keep then redis.call('SET', PULSE, string.format('%.0f:%.0f', now, t)) end
   return t
 end
 -- Whether worker w lives at the table's time t: its last beat ('<table ms>:<its heartbeat

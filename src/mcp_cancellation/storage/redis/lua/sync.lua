@@ -25,7 +25,7 @@
 -- stale}.
 local w = ARGV[2]
 local beat_ms = tonumber(ARGV[3])
-local beat = beat(w, beat_ms, table_ms(beat_ms)) == 0
+local beat = beat(w, beat_ms, table_ms(beat_ms, true)) == 0
 local epoch, lost = check_epoch(ARGV[4], ARGV[5], ARGV[8])
 local full = ARGV[6] == '1'
 -- A worker joins P workers with its heartbeat: while the heartbeat lives, the cleanup
