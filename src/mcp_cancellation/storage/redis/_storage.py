@@ -593,7 +593,7 @@ class RedisStorage(Storage):
 
     @property
     def heartbeats(self) -> int:
-        """Beats this worker's heartbeat thread made (for health checks and tests)."""
+        """Beats this worker's heartbeat beater made (for health checks and tests)."""
         return self._liveness.beats if self._liveness is not None else 0
 
     @property
